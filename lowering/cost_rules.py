@@ -1,0 +1,140 @@
+"""Cost rules: FLOPs, transcendental evaluations and bytes moved by each op.
+
+These are counts, not cycles: the ipujax cost model turns them into cycles with the Target's
+rates. Conventions, the ones XLA's HloCostAnalysis uses:
+- an elementwise op is one FLOP per result element (a transcendental also counts once as a
+  transcendental, because the IPU evaluates those at a lower rate);
+- a contraction is 2 FLOPs (multiply and add) per multiply-accumulate;
+- a reduction is one FLOP per input element and operand; a window reduction one per window
+  element and output element; a sort `n * ceil(log2 n)` comparisons per sorted row of length n;
+- bytes are every operand read once plus every result written once;
+- data movement (reshape, slice, gather, ...) is bytes only. Control flow (while, case) counts
+  nothing itself: its regions are costed where they run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lowering.ir import Op, Value
+from lowering.vocabulary import (
+    DATA_MOVEMENT,
+    ELEMENTWISE,
+    SOURCES,
+    TRANSCENDENTAL,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    flops: int = 0
+    transcendentals: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+Values = tuple[Value, ...]
+CostRule = Callable[..., OpCost]
+
+
+def _traffic(operands: Values, results: Values, flops: int = 0, transcendentals: int = 0) -> OpCost:
+    return OpCost(
+        flops=flops,
+        transcendentals=transcendentals,
+        bytes_read=sum(v.nbytes for v in operands),
+        bytes_written=sum(v.nbytes for v in results),
+    )
+
+
+def _elementwise_cost_rule(operands: Values, results: Values, **attrs: Any) -> OpCost:
+    return _traffic(operands, results, flops=results[0].size)
+
+
+def _transcendental_cost_rule(operands: Values, results: Values, **attrs: Any) -> OpCost:
+    n = results[0].size
+    return _traffic(operands, results, flops=n, transcendentals=n)
+
+
+def _movement_cost_rule(operands: Values, results: Values, **attrs: Any) -> OpCost:
+    return _traffic(operands, results)
+
+
+def _nothing_cost_rule(operands: Values, results: Values, **attrs: Any) -> OpCost:
+    return OpCost()
+
+
+def _dot_general_cost_rule(
+    operands: Values, results: Values, *, dimension_numbers: Any, **attrs: Any
+) -> OpCost:
+    (lhs_contracting, _), _ = dimension_numbers
+    depth = math.prod(operands[0].shape[d] for d in lhs_contracting)
+    return _traffic(operands, results, flops=2 * results[0].size * depth)
+
+
+def _convolution_cost_rule(
+    operands: Values, results: Values, *, dimension_numbers: Any, **attrs: Any
+) -> OpCost:
+    _, (_, in_feature, *spatial), _ = dimension_numbers
+    kernel = operands[1].shape
+    depth = kernel[in_feature] * math.prod(kernel[d] for d in spatial)
+    return _traffic(operands, results, flops=2 * results[0].size * depth)
+
+
+def _reduce_cost_rule(operands: Values, results: Values, **attrs: Any) -> OpCost:
+    half = len(operands) // 2
+    return _traffic(operands, results, flops=sum(v.size for v in operands[:half]))
+
+
+def _reduce_window_cost_rule(
+    operands: Values, results: Values, *, window_dimensions: tuple[int, ...], **attrs: Any
+) -> OpCost:
+    flops = sum(r.size for r in results) * math.prod(window_dimensions)
+    return _traffic(operands, results, flops=flops)
+
+
+def _sort_cost_rule(operands: Values, results: Values, *, dimension: int, **attrs: Any) -> OpCost:
+    length = operands[0].shape[dimension]
+    comparisons = operands[0].size * max(1, math.ceil(math.log2(max(length, 1))))
+    return _traffic(operands, results, flops=comparisons)
+
+
+def _top_k_cost_rule(operands: Values, results: Values, *, k: int, **attrs: Any) -> OpCost:
+    comparisons = operands[0].size * max(1, math.ceil(math.log2(max(k, 1))))
+    return _traffic(operands, results, flops=comparisons)
+
+
+def _scatter_cost_rule(operands: Values, results: Values, *, combiner: str, **attrs: Any) -> OpCost:
+    updates = operands[2].size
+    return _traffic(operands, results, flops=0 if combiner == "set" else updates)
+
+
+COST_RULES: dict[str, CostRule] = {
+    **{name: _elementwise_cost_rule for name in ELEMENTWISE},
+    **{name: _transcendental_cost_rule for name in TRANSCENDENTAL},
+    **{name: _movement_cost_rule for name in DATA_MOVEMENT | SOURCES},
+    "convert": _movement_cost_rule,
+    "bitcast_convert": _movement_cost_rule,
+    "dot_general": _dot_general_cost_rule,
+    "convolution": _convolution_cost_rule,
+    "reduce": _reduce_cost_rule,
+    "reduce_window": _reduce_window_cost_rule,
+    "scatter": _scatter_cost_rule,
+    "sort": _sort_cost_rule,
+    "top_k": _top_k_cost_rule,
+    "while": _nothing_cost_rule,
+    "case": _nothing_cost_rule,
+    "optimization_barrier": _nothing_cost_rule,
+    "sharding_constraint": _nothing_cost_rule,
+}
+
+
+def op_cost(op: Op) -> OpCost:
+    """The FLOPs and bytes of one op (not of the ops nested in its regions)."""
+    return COST_RULES[op.name](op.operands, op.results, **op.attrs)

@@ -1,0 +1,131 @@
+"""The importer: a StableHLO module, walked with jaxlib's MLIR bindings, becomes a `Graph`.
+
+`lower(fun, *args)` traces with `jax.jit(fun, keep_unused=True).lower(...)` so that every
+argument leaf stays an input of `main`, then walks `main` op by op. Calls to private functions
+(`func.call`, which jax emits for nested jits, sorts, argmax, random bits) are inlined, so the
+graph is one flat block plus the regions of structured ops. Every op keeps the user's source line.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jaxlib.mlir import ir
+
+from lowering import locations
+from lowering.dtypes import numpy_dtype
+from lowering.errors import LoweringError, UnsupportedFeatureError, UnsupportedOpError
+from lowering.import_rules import IMPORT_RULES
+from lowering.ir import Graph, Op, Value
+from lowering.vocabulary import ir_name
+
+_TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return"})
+_MLIR = dict[Any, Value]  # MLIR value -> IR value; MLIR values hash by identity of the value
+
+
+class _Importer:
+    """Walks one module. Holds the value-id counter and the module's private functions."""
+
+    def __init__(self, module: ir.Module) -> None:
+        self._ids = itertools.count()
+        self._functions = {
+            ir.StringAttr(op.attributes["sym_name"]).value: op
+            for op in module.body.operations
+            if op.operation.name == "func.func"
+        }
+
+    def main(self) -> Graph:
+        func = self._functions["main"]
+        block = func.regions[0].blocks[0]
+        inputs = tuple(self._new_value(arg.type, func) for arg in block.arguments)
+        env = dict(zip(block.arguments, inputs, strict=True))
+        ops, outputs = self._block(block, env)
+        names = tuple(_arg_name(arg, i) for i, arg in enumerate(block.arguments))
+        return Graph(inputs=inputs, outputs=outputs, ops=tuple(ops), input_names=names)
+
+    def _new_value(self, mlir_type: ir.Type, owner: Any) -> Value:
+        tensor = mlir_type if isinstance(mlir_type, ir.RankedTensorType) else None
+        dtype = numpy_dtype(tensor.element_type) if tensor is not None else None
+        if tensor is None or dtype is None:
+            loc = locations.decode(owner.location)
+            raise UnsupportedOpError(_mlir_name(owner), loc, f"values of type {mlir_type}")
+        return Value(next(self._ids), tuple(tensor.shape), dtype)
+
+    def _block(self, block: ir.Block, env: _MLIR) -> tuple[list[Op], tuple[Value, ...]]:
+        ops: list[Op] = []
+        for mlir_op in block.operations:
+            name = _mlir_name(mlir_op)
+            if name in _TERMINATORS:
+                return ops, tuple(env[v] for v in mlir_op.operands)
+            if name == "func.call":
+                ops.extend(self._inline_call(mlir_op, env))
+            else:
+                ops.append(self._op(mlir_op, env))
+        raise LoweringError(f"a block of {len(ops)} ops has no terminator")
+
+    def _inline_call(self, call: Any, env: _MLIR) -> list[Op]:
+        callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+        block = self._functions[callee].regions[0].blocks[0]
+        inner = {arg: env[v] for arg, v in zip(block.arguments, call.operands, strict=True)}
+        ops, outputs = self._block(block, inner)
+        env.update(zip(call.results, outputs, strict=True))
+        return ops
+
+    def _op(self, mlir_op: Any, env: _MLIR) -> Op:
+        loc = locations.decode(mlir_op.location)
+        name = ir_name(_mlir_name(mlir_op))
+        if name is None:
+            raise UnsupportedOpError(_mlir_name(mlir_op), loc, _custom_call_target(mlir_op))
+        operands = tuple(env[v] for v in mlir_op.operands)
+        regions = tuple(self._region(r, env) for r in mlir_op.regions)
+        try:
+            attrs = IMPORT_RULES[name](mlir_op, regions)
+        except UnsupportedFeatureError as error:
+            raise UnsupportedOpError(name, loc, str(error)) from None
+        results = tuple(self._new_value(r.type, mlir_op) for r in mlir_op.results)
+        env.update(zip(mlir_op.results, results, strict=True))
+        return Op(name, operands, results, attrs, regions, loc)
+
+    def _region(self, region: ir.Region, env: _MLIR) -> Graph:
+        block = region.blocks[0]
+        inputs = tuple(self._new_value(arg.type, block.owner) for arg in block.arguments)
+        # A region may read values of the blocks around it, so it sees a copy of their env.
+        inner = {**env, **dict(zip(block.arguments, inputs, strict=True))}
+        ops, outputs = self._block(block, inner)
+        return Graph(inputs=inputs, outputs=outputs, ops=tuple(ops), name="region")
+
+
+def _mlir_name(op: Any) -> str:
+    return op.operation.name
+
+
+def _custom_call_target(op: Any) -> str:
+    if _mlir_name(op) != "stablehlo.custom_call":
+        return ""
+    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    return f"custom_call target {target!r}"
+
+
+def _arg_name(arg: ir.BlockArgument, index: int) -> str:
+    """jax names each argument leaf in a name location, e.g. `params['w']`."""
+    name = locations.decode(arg.location).scope
+    return name or f"arg{index}"
+
+
+def lower(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Graph:
+    """Traces `fun` on `args` (arrays or `jax.ShapeDtypeStruct`s, in pytrees) into a Graph."""
+    lowered = jax.jit(fun, keep_unused=True).lower(*args, **kwargs)
+    module: Any = lowered.compiler_ir("stablehlo")
+    graph = _Importer(module).main()
+    return Graph(
+        inputs=graph.inputs,
+        outputs=graph.outputs,
+        ops=graph.ops,
+        input_names=graph.input_names,
+        in_tree=lowered.in_tree,
+        out_tree=lowered.out_tree,
+        name=getattr(fun, "__name__", "main"),
+    )

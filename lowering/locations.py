@@ -1,0 +1,77 @@
+"""Source locations: the user's file:line that each operation came from.
+
+jax records a Python traceback on every StableHLO op as an MLIR location: a name location holding
+the op's name-stack path (`jit(f)/block/dot_general`) around call-site locations whose innermost
+callee is the user's own frame. This module decodes that tree with the typed location classes of
+jaxlib's MLIR bindings (never by parsing printed text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jaxlib.mlir import ir
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLoc:
+    """Where an op came from: the user's innermost frame and jax's name-stack path."""
+
+    file: str = ""
+    line: int = 0
+    column: int = 0
+    scope: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" if self.file else "<unknown>"
+
+    @property
+    def primitive(self) -> str:
+        """The jax primitive name: the last element of the name-stack path."""
+        return self.scope.rsplit("/", 1)[-1]
+
+
+UNKNOWN = SourceLoc()
+
+
+def _as(cls: type, loc: ir.Location) -> Any:
+    try:
+        return cls(loc)
+    except (TypeError, ValueError):
+        return None
+
+
+def _first_file(loc: ir.Location) -> tuple[str, int, int] | None:
+    """The innermost file:line:column in a location tree (callee before caller)."""
+    if (file := _as(ir.FileLineColLoc, loc)) is not None:
+        return (file.filename, file.start_line, file.start_col)
+    if (name := _as(ir.NameLoc, loc)) is not None:
+        return _first_file(name.child_loc)
+    if (call := _as(ir.CallSiteLoc, loc)) is not None:
+        return _first_file(call.callee) or _first_file(call.caller)
+    if (fused := _as(ir.FusedLoc, loc)) is not None:
+        for part in fused.locations:
+            if (found := _first_file(part)) is not None:
+                return found
+    return None
+
+
+def _outer_name(loc: ir.Location) -> str:
+    """The name-stack path that jax puts on the outermost name location."""
+    if (name := _as(ir.NameLoc, loc)) is not None:
+        return name.name_str
+    if (fused := _as(ir.FusedLoc, loc)) is not None:
+        for part in fused.locations:
+            if found := _outer_name(part):
+                return found
+    return ""
+
+
+def decode(loc: ir.Location) -> SourceLoc:
+    """Decodes an op's MLIR location into the user's file:line and the op's scope path."""
+    found = _first_file(loc)
+    scope = _outer_name(loc)
+    if found is None:
+        return SourceLoc(scope=scope)
+    return SourceLoc(file=found[0], line=found[1], column=found[2], scope=scope)
