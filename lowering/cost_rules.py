@@ -115,6 +115,14 @@ def _scatter_cost_rule(operands: Values, results: Values, *, combiner: str, **at
     return _traffic(operands, results, flops=0 if combiner == "set" else updates)
 
 
+def _select_and_scatter_cost_rule(
+    operands: Values, results: Values, *, window_dimensions: tuple[int, ...], **attrs: Any
+) -> OpCost:
+    # One comparison per window element to select, one add per source element to scatter.
+    source = operands[1].size
+    return _traffic(operands, results, flops=source * (math.prod(window_dimensions) + 1))
+
+
 COST_RULES: dict[str, CostRule] = {
     **{name: _elementwise_cost_rule for name in ELEMENTWISE},
     **{name: _transcendental_cost_rule for name in TRANSCENDENTAL},
@@ -126,6 +134,7 @@ COST_RULES: dict[str, CostRule] = {
     "reduce": _reduce_cost_rule,
     "reduce_window": _reduce_window_cost_rule,
     "scatter": _scatter_cost_rule,
+    "select_and_scatter": _select_and_scatter_cost_rule,
     "sort": _sort_cost_rule,
     "top_k": _top_k_cost_rule,
     "while": _nothing_cost_rule,

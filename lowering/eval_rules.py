@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 from jax import lax
 
+# jax.lax has select_and_scatter only as the private primitive behind pooling gradients.
+from jax._src.lax.windowed_reductions import _select_and_scatter_add
+
 from lowering.dtypes import is_float
 
 Array = Any
@@ -345,6 +348,27 @@ def _reduce_window_eval_rule(
     return tuple(out)
 
 
+_WINDOW_SELECTS = {"GE": lax.ge_p, "GT": lax.gt_p, "LE": lax.le_p, "LT": lax.lt_p}
+
+
+def _select_and_scatter_eval_rule(
+    operand: Array,
+    source: Array,
+    init_value: Array,
+    *,
+    window_dimensions: tuple[int, ...],
+    window_strides: tuple[int, ...],
+    padding: tuple[tuple[int, int], ...],
+    select: str,
+    regions: Sequence[Region] = (),
+) -> tuple[Array, ...]:
+    scattered = _select_and_scatter_add(
+        source, operand, _WINDOW_SELECTS[select], window_dimensions, window_strides, padding
+    )
+    # Every output element starts at init_value and adds the sources that selected it.
+    return (lax.add(scattered, lax.broadcast(init_value, scattered.shape)),)
+
+
 def _lax_precision(precision: tuple[str, ...]) -> Any:
     return tuple(lax.Precision[p] for p in precision)
 
@@ -444,6 +468,7 @@ EVAL_RULES: dict[str, EvalRule] = {
     "reverse": _reverse_eval_rule,
     "gather": _gather_eval_rule,
     "scatter": _scatter_eval_rule,
+    "select_and_scatter": _select_and_scatter_eval_rule,
     "sort": _sort_eval_rule,
     "top_k": _top_k_eval_rule,
     "reduce": _reduce_eval_rule,

@@ -254,6 +254,16 @@ def _reduce_window_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> 
     }
 
 
+def _select_and_scatter_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
+    window = _ints(op, "window_dimensions")
+    return {
+        "window_dimensions": window,
+        "window_strides": _ints(op, "window_strides", (1,) * len(window)),
+        "padding": _pairs(op, "padding", len(window)),
+        "select": region_rules.select_and_scatter_direction(*regions),
+    }
+
+
 def _dot_general_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
     dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     contracting = (tuple(dims.lhs_contracting_dimensions), tuple(dims.rhs_contracting_dimensions))
@@ -342,6 +352,7 @@ IMPORT_RULES: dict[str, ImportRule] = {
     "reverse": _reverse_import_rule,
     "gather": _gather_import_rule,
     "scatter": _scatter_import_rule,
+    "select_and_scatter": _select_and_scatter_import_rule,
     "sort": _sort_import_rule,
     "top_k": _top_k_import_rule,
     "reduce": _reduce_import_rule,

@@ -38,6 +38,22 @@ def scatter_combiner(region: Graph) -> str:
     raise UnsupportedFeatureError("a scatter whose update region is not add/mul/min/max/set")
 
 
+_WINDOW_SELECTS = frozenset({"GE", "GT", "LE", "LT"})
+
+
+def select_and_scatter_direction(select: Graph, scatter: Graph) -> str:
+    """The comparison of a select_and_scatter that jax emits for max/min pooling gradients."""
+    if scatter_combiner(scatter) != "add":
+        raise UnsupportedFeatureError("a select_and_scatter that does not scatter with add")
+    compare = [op for op in select.ops if op.name == "compare" and op.results == select.outputs]
+    if not compare or compare[0].operands != select.inputs:
+        raise UnsupportedFeatureError("a select_and_scatter whose select is not one comparison")
+    direction = compare[0].attrs["direction"]
+    if direction not in _WINDOW_SELECTS:
+        raise UnsupportedFeatureError(f"a select_and_scatter selecting with {direction}")
+    return str(direction)
+
+
 def _depends_on(region: Graph) -> set[Value]:
     """The region inputs that its outputs depend on, through its ops."""
     producer = {result: op for op in region.ops for result in op.results}

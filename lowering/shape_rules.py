@@ -196,6 +196,7 @@ SHAPE_RULES: dict[str, ShapeRule] = {
     "reduce": _reduce_shape_rule,
     "reduce_window": _reduce_window_shape_rule,
     "scatter": _scatter_shape_rule,
+    "select_and_scatter": _scatter_shape_rule,
     "sort": _sort_shape_rule,
     "top_k": _top_k_shape_rule,
     "while": _while_shape_rule,

@@ -53,7 +53,9 @@ DATA_MOVEMENT = frozenset(
 CONTRACTIONS = frozenset({"dot_general", "convolution"})
 
 # Ops with a region or a combining rule.
-STRUCTURED = frozenset({"reduce", "reduce_window", "scatter", "sort", "top_k"})
+STRUCTURED = frozenset(
+    {"reduce", "reduce_window", "scatter", "select_and_scatter", "sort", "top_k"}
+)
 
 # Control flow and annotations.
 CONTROL = frozenset({"while", "case", "optimization_barrier", "sharding_constraint"})
