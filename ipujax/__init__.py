@@ -1,9 +1,54 @@
-"""ipujax: the public API of the virtual IPU compiler and simulator.
+"""ipujax: run JAX programs on a virtual Graphcore IPU and see what the real machine would do.
 
-Today this re-exports the lowering stage (JAX -> StableHLO -> `Graph`, and the `jax.lax`
-interpreter over it). The virtual IPU runtime and the cost model are built in later issues.
+    @ipujax.jit
+    def step(params, batch): ...
+
+    step(params, batch)                                   # jax.jit's numbers, on virtual tiles
+    step.lower(params, batch).compile().cost_report()     # cycles, memory per tile, exchange
+
+Public names only; the work is done in `lowering` (JAX -> IR), `partitioner` (tiles, supersteps)
+and the modules of this package (API, runtime, cost report).
 """
 
-from lowering import Graph, UnsupportedOpError, evaluate, lower
+from ipujax.api import Compiled, Jitted, Lowered, jit
+from ipujax.errors import (
+    ConfigError,
+    IpujaxError,
+    LoweringError,
+    OutOfMemoryError,
+    ReportError,
+    ShardingError,
+    UnsupportedOpError,
+    VerifyError,
+)
+from ipujax.mesh import SYSTEMS, Mesh, System, make_mesh
+from ipujax.report import CollectiveCost, CostReport, PhaseCost, SuperstepCost
+from lowering import Graph, evaluate, lower
+from partitioner.target import Target
 
-__all__ = ["Graph", "UnsupportedOpError", "evaluate", "lower"]
+__all__ = [
+    "SYSTEMS",
+    "CollectiveCost",
+    "Compiled",
+    "ConfigError",
+    "CostReport",
+    "Graph",
+    "IpujaxError",
+    "Jitted",
+    "Lowered",
+    "LoweringError",
+    "Mesh",
+    "OutOfMemoryError",
+    "PhaseCost",
+    "ReportError",
+    "ShardingError",
+    "SuperstepCost",
+    "System",
+    "Target",
+    "UnsupportedOpError",
+    "VerifyError",
+    "evaluate",
+    "jit",
+    "lower",
+    "make_mesh",
+]

@@ -17,7 +17,7 @@ from lowering.errors import (
     VerifyError,
 )
 from lowering.eval_rules import EVAL_RULES
-from lowering.evaluator import evaluate, interpret, run_op
+from lowering.evaluator import apply_rule, evaluate, interpret, run_op
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, walk
@@ -41,6 +41,7 @@ __all__ = [
     "UnsupportedOpError",
     "Value",
     "VerifyError",
+    "apply_rule",
     "evaluate",
     "free_values",
     "infer_types",

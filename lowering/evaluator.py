@@ -25,7 +25,15 @@ Env = dict[Value, Any]
 
 def run_op(op: Op, operands: list[Any], env: Mapping[Value, Any]) -> tuple[Any, ...]:
     """Applies an op's evaluation rule; regions become callables that see the enclosing env."""
-    kwargs = dict(op.attrs)
+    return apply_rule(op, operands, op.attrs, env)
+
+
+def apply_rule(
+    op: Op, operands: list[Any], attrs: Mapping[str, Any], env: Mapping[Value, Any]
+) -> tuple[Any, ...]:
+    """An op's evaluation rule with attributes of the caller's choosing (the tile runtime runs
+    a reduce over a block's own dimensions, for instance)."""
+    kwargs = dict(attrs)
     if op.regions:
         kwargs["regions"] = tuple(_region_callable(region, env) for region in op.regions)
     return EVAL_RULES[op.name](*operands, **kwargs)

@@ -73,12 +73,12 @@ def _result_dtype(op: ir.Operation) -> np.dtype:
     return dtype
 
 
-def _result_shape(op: ir.Operation) -> tuple[int, ...]:
+def _result_shape(op: ir.Operation) -> Any:
     return tuple(result_type(op).shape)
 
 
 def _constant_value(op: ir.Operation) -> np.ndarray:
-    attr = op.attributes["value"]
+    attr: Any = op.attributes["value"]
     dtype = _result_dtype(op)
     shape = _result_shape(op)
     if attr.is_splat:

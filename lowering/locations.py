@@ -8,7 +8,10 @@ jaxlib's MLIR bindings (never by parsing printed text).
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from jaxlib.mlir import ir
@@ -42,9 +45,24 @@ def _as(cls: type, loc: ir.Location) -> Any:
         return None
 
 
+# ipujax's own packages: a frame in them is never the user's line (jax records it for ops it
+# makes outside any user frame, such as constants of its own lowerings).
+_OWN_DIRS = tuple(
+    str(Path(__file__).resolve().parent.parent / name) + os.sep
+    for name in ("lowering", "partitioner", "ipujax")
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_own(filename: str) -> bool:
+    return str(Path(filename).resolve()).startswith(_OWN_DIRS)
+
+
 def _first_file(loc: ir.Location) -> tuple[str, int, int] | None:
-    """The innermost file:line:column in a location tree (callee before caller)."""
+    """The innermost user file:line:column in a location tree (callee before caller)."""
     if (file := _as(ir.FileLineColLoc, loc)) is not None:
+        if _is_own(file.filename):
+            return None
         return (file.filename, file.start_line, file.start_col)
     if (name := _as(ir.NameLoc, loc)) is not None:
         return _first_file(name.child_loc)

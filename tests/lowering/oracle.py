@@ -137,7 +137,7 @@ _GRAPHS: dict[int, object] = {}
 
 
 def run_case(c: Case):
-    """Check `c` against jit, that its graph holds the ops it claims to exercise; cache the graph."""
+    """Check `c` against jit and that its graph holds the ops it claims; cache the graph."""
     graph = assert_matches_jit(c.fn, *c.args)
     missing = c.ops - op_names(graph)
     assert not missing, f"{c.id}: expected ops {sorted(missing)} in graph, got {op_names(graph)}"

@@ -70,7 +70,10 @@ def float_step(draw, shape):
         name = draw(st.sampled_from(sorted(UNARY)))
         return name, UNARY[name], shape
     if kind == "binary":
-        name, partner = draw(st.sampled_from(sorted(BINARY))), draw(st.sampled_from(sorted(PARTNERS)))
+        name, partner = (
+            draw(st.sampled_from(sorted(BINARY))),
+            draw(st.sampled_from(sorted(PARTNERS))),
+        )
         op, other = BINARY[name], PARTNERS[partner]
         return f"{name}({partner})", lambda x: op(x, other(x)), shape
     if kind == "matmul":
@@ -83,7 +86,7 @@ def float_step(draw, shape):
         axis = draw(st.integers(0, rank - 1))
         reducer = draw(st.sampled_from(["sum", "max"]))
         fn = (lambda x: jnp.sum(x, axis)) if reducer == "sum" else (lambda x: jnp.max(x, axis))
-        return f"{reducer}(axis={axis})", fn, shape[:axis] + shape[axis + 1 :]
+        return f"{reducer}(axis={axis})", fn, (*shape[:axis], *shape[axis + 1 :])
     if kind == "transpose":
         perm = tuple(draw(st.permutations(range(rank))))
         return f"transpose{perm}", lambda x: jnp.transpose(x, perm), tuple(shape[p] for p in perm)
@@ -93,14 +96,22 @@ def float_step(draw, shape):
         new = (lead, size // lead) if lead * (size // lead) == size and lead > 1 else (size,)
         return f"reshape{new}", lambda x: x.reshape(new), new
     if kind == "concat":
-        return "concat", lambda x: jnp.concatenate([x, 2.0 * x], axis=-1), (
-            *shape[:-1],
-            2 * shape[-1],
+        return (
+            "concat",
+            lambda x: jnp.concatenate([x, 2.0 * x], axis=-1),
+            (
+                *shape[:-1],
+                2 * shape[-1],
+            ),
         )
     axis = draw(st.sampled_from([i for i, d in enumerate(shape) if d >= 2]))
     stop = draw(st.integers(1, shape[axis] - 1))
-    new = shape[:axis] + (stop,) + shape[axis + 1 :]
-    return f"slice(axis={axis}, :{stop})", lambda x: jax.lax.slice_in_dim(x, 0, stop, axis=axis), new
+    new = (*shape[:axis], stop, *shape[axis + 1 :])
+    return (
+        f"slice(axis={axis}, :{stop})",
+        lambda x: jax.lax.slice_in_dim(x, 0, stop, axis=axis),
+        new,
+    )
 
 
 def _apply(steps, x):

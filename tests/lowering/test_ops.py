@@ -15,7 +15,6 @@ from jax.interpreters import mlir
 from oracle import BF16, FLOAT_DTYPES, bools, case, integers, params, run_case, uniform
 
 
-
 def raw_unary(name, emit, result_dtype=None):
     """A primitive whose lowering is exactly one MLIR op, for ops jax itself no longer emits."""
     prim = Primitive(f"raw_{name}")
@@ -132,7 +131,11 @@ BINARY_FLOAT = [
     ("minimum", lax.min, _binary()),
     ("atan2", lax.atan2, _binary()),
     ("next_after", lax.nextafter, _binary()),
-    ("polygamma", lax.polygamma, per_dtype((4, 5), 0, 2.4, 1, rounded=True) + per_dtype((4, 5), 0.5, 4, 2)),
+    (
+        "polygamma",
+        lax.polygamma,
+        per_dtype((4, 5), 0, 2.4, 1, rounded=True) + per_dtype((4, 5), 0.5, 4, 2),
+    ),
     ("zeta", lax.zeta, per_dtype((4, 5), 1.5, 5, 1) + per_dtype((4, 5), 0.5, 3, 2)),
 ]
 

@@ -164,7 +164,12 @@ CONTRACT_CASES = [
     case(
         "convolution",
         lambda x, w: conv(
-            x, w, window_strides=(1, 1), padding=((0, 0), (1, 0)), feature_group_count=2, lhs_dilation=(2, 1)
+            x,
+            w,
+            window_strides=(1, 1),
+            padding=((0, 0), (1, 0)),
+            feature_group_count=2,
+            lhs_dilation=(2, 1),
         ),
         uniform((2, 4, 4, 4)),
         uniform((2, 2, 2, 6), seed=1),
@@ -354,10 +359,12 @@ CONTROL_CASES = [
     case("sine", lambda x: helper(x) + helper(x * 2.0), X34, id="call-twice"),
     case(
         "sharding_constraint",
-        lambda x: jax.lax.with_sharding_constraint(
-            x + 1.0, jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        )
-        * 2.0,
+        lambda x: (
+            jax.lax.with_sharding_constraint(
+                x + 1.0, jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            )
+            * 2.0
+        ),
         X34,
     ),
 ]
@@ -379,9 +386,7 @@ def test_regions_and_calls_reach_expected_ops():
 OPTIONAL_CASES = [
     case(
         "select_and_scatter",
-        jax.grad(
-            lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum()
-        ),
+        jax.grad(lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum()),
         uniform((4, 6)),
     ),
 ]

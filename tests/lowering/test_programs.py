@@ -1,5 +1,7 @@
 """Whole programs, differential against jax.jit: pytrees, control flow, PRNG, autodiff, models."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +19,7 @@ def mlp_params(sizes=(6, 8, 3), dtype=np.float32, seed=0):
             "w": uniform((m, n), -1, 1, dtype, seed + i) / np.sqrt(m).astype(dtype),
             "b": uniform((n,), -0.1, 0.1, dtype, seed + 10 + i),
         }
-        for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True))
+        for i, (m, n) in enumerate(itertools.pairwise(sizes))
     ]
 
 
@@ -71,9 +73,13 @@ def test_scan_rnn():
 
     params = {"wx": uniform((3, 4), -0.5, 0.5), "wh": uniform((4, 4), -0.5, 0.5, seed=1)}
     params["b"] = uniform((4,), seed=2)
-    graph = assert_matches_jit(rnn, params, uniform((6, 2, 3), seed=3), np.zeros((2, 4), np.float32))
+    graph = assert_matches_jit(
+        rnn, params, uniform((6, 2, 3), seed=3), np.zeros((2, 4), np.float32)
+    )
     assert "while" in op_names(graph)
-    assert_matches_jit(jax.grad(lambda p, xs, h: rnn(p, xs, h)[1].sum()), params, X[:, :3], X[0, :4])
+    assert_matches_jit(
+        jax.grad(lambda p, xs, h: rnn(p, xs, h)[1].sum()), params, X[:, :3], X[0, :4]
+    )
 
 
 def test_fori_cond_switch_program():

@@ -1,0 +1,264 @@
+"""`ipujax.jit`: staged compilation for the virtual IPU, shaped like `jax.jit`.
+
+    jitted = ipujax.jit(fun)                  # a Jitted: callable, cached by shapes and dtypes
+    lowered = jitted.lower(*args)             # Lowered: the IR (`as_text()`)
+    compiled = lowered.compile()              # Compiled: the BSP program, its memory and cost
+    compiled(*args); compiled.cost_report()
+
+The stages: lower (trace to StableHLO, import to the IR) -> schedule (tile layouts, kernels,
+supersteps) -> check memory -> build the cost report -> jit the runtime. Arguments may be
+`jax.ShapeDtypeStruct`s, so a program can be compiled and costed without data.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec
+
+from ipujax.cost import build_report
+from ipujax.mesh import Mesh, default_mesh
+from ipujax.printer import format_program
+from ipujax.report import CostReport
+from ipujax.runtime import compile_program, run_step_by_step
+from lowering import Graph, lower
+from lowering.evaluator import flatten_args
+from partitioner.errors import ConfigError, ShardingError
+from partitioner.memory import TileMemory, check_memory, tile_memory
+from partitioner.program import Program, Task
+from partitioner.schedule import schedule
+
+
+@dataclass(frozen=True)
+class _Options:
+    mesh: Mesh
+    in_shardings: Any
+    out_shardings: Any
+    static_argnums: tuple[int, ...]
+    static_argnames: tuple[str, ...]
+    donate_argnums: tuple[int, ...]
+    phases: Any
+
+
+class Compiled:
+    """A program scheduled on the virtual IPU: callable, with its BSP program and cost report."""
+
+    def __init__(
+        self, graph: Graph, program: Program, memory: TileMemory, mesh: Mesh, donate: Sequence[int]
+    ) -> None:
+        self.graph = graph
+        self.program = program
+        self.memory = memory
+        self.mesh = mesh
+        self._report = build_report(program, memory, mesh)
+        self._run = compile_program(program, donate)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with jax.enable_x64(True):
+            flat = flatten_args(self.graph, args, kwargs)
+        outputs = self._run(*flat)
+        return jax.tree.unflatten(self.graph.out_tree, outputs)
+
+    def cost_report(self) -> CostReport:
+        return self._report
+
+    def as_text(self) -> str:
+        return format_program(self.program, self.graph, self.mesh.target)
+
+    def step_by_step(self, *args: Any, **kwargs: Any) -> Iterator[tuple[Task, tuple]]:
+        """Runs one task (an op's supersteps) at a time, yielding each with its results."""
+        with jax.enable_x64(True):
+            flat = flatten_args(self.graph, args, kwargs)
+        yield from run_step_by_step(self.program, flat)
+
+
+class Lowered:
+    """A traced and imported program, ready to compile for the mesh's target."""
+
+    def __init__(self, graph: Graph, options: _Options, donate: Sequence[int]) -> None:
+        self.graph = graph
+        self._options = options
+        self._donate = tuple(donate)
+
+    def as_text(self) -> str:
+        return str(self.graph)
+
+    def compile(self, *, check_memory_fits: bool = True) -> Compiled:
+        mesh = self._options.mesh
+        program = schedule(self.graph, mesh.target)
+        memory = tile_memory(program, mesh.target)
+        if check_memory_fits:
+            check_memory(memory, program, self.graph, mesh.target)
+        return Compiled(self.graph, program, memory, mesh, self._donate)
+
+
+def _leaf_key(leaf: Any) -> Any:
+    if isinstance(leaf, (bool, int, float, complex)):
+        return type(leaf).__name__
+    return (tuple(np.shape(leaf)), str(getattr(leaf, "dtype", type(leaf).__name__)))
+
+
+class Jitted:
+    """What `ipujax.jit` returns: call it, or `lower` it; compiled programs are cached."""
+
+    def __init__(self, fun: Callable[..., Any], options: _Options) -> None:
+        self._fun = fun
+        self._options = options
+        self._cache: dict[Any, Compiled] = {}
+        functools.update_wrapper(self, fun)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        return _BoundJitted(self, instance)
+
+    def _split(self, args: tuple, kwargs: dict) -> tuple[Callable[..., Any], tuple, dict, Any]:
+        """The function of the dynamic arguments only, with the static ones closed over."""
+        count = len(args)
+        statics = {i % count: args[i] for i in self._options.static_argnums if -count <= i < count}
+        static_kw = {k: v for k, v in kwargs.items() if k in self._options.static_argnames}
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in statics)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_kw}
+        fun = self._fun
+
+        def dynamic(*dargs: Any, **dkwargs: Any) -> Any:
+            it = iter(dargs)
+            full = [statics[i] if i in statics else next(it) for i in range(count)]
+            return fun(*full, **dkwargs, **static_kw)
+
+        key = (tuple(sorted(statics.items())), tuple(sorted(static_kw.items())))
+        if not statics and not static_kw:
+            return fun, dyn_args, dyn_kwargs, key
+        _name_parameters(dynamic, fun, set(statics), set(static_kw))
+        return dynamic, dyn_args, dyn_kwargs, key
+
+    def _donated(self, dyn_args: tuple, dyn_kwargs: dict, count: int) -> list[int]:
+        statics = {i % count for i in self._options.static_argnums if -count <= i < count}
+        dynamic_positions = [i for i in range(count) if i not in statics]
+        flat: list[int] = []
+        offset = 0
+        for position, arg in zip(dynamic_positions, dyn_args, strict=True):
+            leaves = len(jax.tree.leaves(arg))
+            if position in self._options.donate_argnums:
+                flat.extend(range(offset, offset + leaves))
+            offset += leaves
+        return flat
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        _check_supported(self._options)
+        dynamic, dyn_args, dyn_kwargs, _ = self._split(args, kwargs)
+        graph = lower(dynamic, *dyn_args, **dyn_kwargs)
+        _check_shardings(self._options, graph)
+        donate = self._donated(dyn_args, dyn_kwargs, len(args))
+        return Lowered(graph, self._options, donate)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        _, dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
+        leaves, tree = jax.tree.flatten((dyn_args, dyn_kwargs))
+        key = (static_key, tree, tuple(_leaf_key(x) for x in leaves))
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._cache[key] = self.lower(*args, **kwargs).compile()
+        return compiled(*dyn_args, **dyn_kwargs)
+
+
+@dataclass
+class _BoundJitted:
+    """A jitted method bound to its instance, which becomes the first argument."""
+
+    jitted: Jitted
+    instance: Any = field(repr=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.jitted(self.instance, *args, **kwargs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        return self.jitted.lower(self.instance, *args, **kwargs)
+
+
+def _name_parameters(dynamic: Any, fun: Callable[..., Any], positions: set, names: set) -> None:
+    """Gives the wrapper the user's signature minus the static parameters, so that jax names
+    the arguments (and ipujax's reports name the tensors) as the user did."""
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return
+    kept = [p for i, p in enumerate(params) if i not in positions and p.name not in names]
+    dynamic.__signature__ = inspect.Signature(kept)
+
+
+def _check_supported(options: _Options) -> None:
+    if options.mesh.ipus > 1:
+        raise ConfigError(
+            f"{options.mesh} has {options.mesh.ipus} IPUs, but ipujax runs one IPU so far; "
+            "partitioning over several IPUs is being built. Use make_mesh((1,), ('ipu',))."
+        )
+    if options.phases is not None:
+        raise ConfigError(
+            f"phases={options.phases!r}: phased execution is being built; use phases=None"
+        )
+
+
+def _specs(tree: Any) -> list[PartitionSpec]:
+    return [
+        leaf
+        for leaf in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, PartitionSpec))
+        if isinstance(leaf, PartitionSpec)
+    ]
+
+
+def _check_shardings(options: _Options, graph: Graph) -> None:
+    """On one IPU every mesh axis has size 1, so any valid spec means replication; check that
+    the specs name only the mesh's axes."""
+    names = set(options.mesh.axis_names)
+    for spec in _specs(options.in_shardings) + _specs(options.out_shardings):
+        for entry in spec:
+            axes = entry if isinstance(entry, tuple) else (entry,)
+            unknown = [a for a in axes if a is not None and a not in names]
+            if unknown:
+                raise ShardingError(
+                    f"PartitionSpec {spec} names the axes {unknown}, which the mesh "
+                    f"{options.mesh} does not have; use the mesh's axes {sorted(names)}"
+                )
+
+
+def _as_tuple(value: int | str | Sequence[Any] | None) -> tuple:
+    if value is None:
+        return ()
+    if isinstance(value, (int, str)):
+        return (value,)
+    return tuple(value)
+
+
+def jit(
+    fun: Callable[..., Any] | None = None,
+    *,
+    mesh: Mesh | None = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+    donate_argnums: int | Sequence[int] = (),
+    phases: Any = None,
+) -> Any:
+    """Compiles `fun` for a virtual IPU system; use like `jax.jit`, with or without arguments."""
+    options = _Options(
+        mesh=mesh or default_mesh(),
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        static_argnums=_as_tuple(static_argnums),
+        static_argnames=_as_tuple(static_argnames),
+        donate_argnums=_as_tuple(donate_argnums),
+        phases=phases,
+    )
+    if fun is None:
+        return lambda f: Jitted(f, options)
+    if not callable(fun):
+        raise ConfigError(f"ipujax.jit needs a callable, got {type(fun).__name__}")
+    return Jitted(fun, options)

@@ -1,0 +1,59 @@
+"""Building the cost report from a scheduled program and its tile memory.
+
+The cycles of each superstep were fixed by the tile rules from the Target's formulas
+(`partitioner.target`); this module sums them, counts FLOPs and bytes, and lays memory out
+per IPU and tile.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ipujax.mesh import Mesh
+from ipujax.report import CostReport, SuperstepCost
+from partitioner.memory import TileMemory
+from partitioner.program import Program
+
+
+def _matmul_dtype(program: Program) -> np.dtype:
+    """The precision that sets the peak rate: that of the program's largest contraction."""
+    dots = [t.op for t in program.tasks if t.op.name in ("dot_general", "convolution")]
+    if not dots:
+        return np.dtype(np.float32)
+    return max(dots, key=lambda op: op.results[0].size).operands[0].dtype
+
+
+def build_report(program: Program, memory: TileMemory, mesh: Mesh) -> CostReport:
+    target = mesh.target
+    steps = tuple(
+        SuperstepCost(
+            name=s.name,
+            op=s.op,
+            source=str(s.loc),
+            tiles=s.tiles,
+            flops=s.flops,
+            exchange_bytes=s.exchange_bytes,
+            compute_cycles=s.compute_cycles,
+            exchange_cycles=s.exchange_cycles,
+            sync_cycles=s.sync_cycles,
+            sync_group=s.sync_group,
+        )
+        for s in program.supersteps
+    )
+    return CostReport(
+        target=target.name,
+        system=mesh.system.name if mesh.ipus > 1 else "single IPU",
+        ipus=mesh.ipus,
+        tiles_per_ipu=target.tiles_per_ipu,
+        clock_hz=target.clock_hz,
+        bytes_per_tile=target.bytes_per_tile,
+        total_cycles=sum(s.cycles for s in steps),
+        flops=sum(s.flops for s in steps),
+        peak_flops_per_cycle=target.amp_flops_per_cycle(_matmul_dtype(program)),
+        exchange_bytes=sum(s.exchange_bytes for s in steps),
+        ipu_link_bytes=0,
+        streaming_bytes=0,
+        tile_memory=memory.total.reshape(1, -1).astype(np.int64),
+        always_live=memory.always_live.reshape(1, -1).astype(np.int64),
+        supersteps=steps,
+    )

@@ -1,0 +1,86 @@
+"""Meshes of virtual IPUs and the systems that hold them.
+
+A mesh names axes over IPUs, as `jax.sharding.Mesh` names axes over devices. The IPUs belong to
+a Graphcore system, the smallest that holds them (`shared/ipu_facts.md`, "Systems"): an
+IPU-M2000 or Bow-2000 machine (4 IPUs), a Pod16 (4 machines), a Pod64 (16 machines, IPU-Link
+torus) or a Pod256 (4 Pod64s joined by Gateway-Links).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from partitioner.errors import ConfigError
+from partitioner.target import Target
+
+
+@dataclass(frozen=True, slots=True)
+class System:
+    name: str
+    ipus: int
+    ipus_per_machine: int = 4
+    ipus_per_pod64: int = 64
+
+
+SYSTEMS: tuple[System, ...] = (
+    System("IPU-M2000/Bow-2000", 4),
+    System("Pod16", 16),
+    System("Pod64", 64),
+    System("Pod256", 256),
+)
+
+
+def system_for(ipus: int) -> System:
+    for system in SYSTEMS:
+        if ipus <= system.ipus:
+            return system
+    raise ConfigError(
+        f"a mesh of {ipus} IPUs is larger than the largest system, a Pod256 (256 IPUs); "
+        "use at most 256 IPUs"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Mesh:
+    """Named axes over the IPUs of one system, all of one `Target`."""
+
+    axis_shapes: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    target: Target
+    system: System
+
+    @property
+    def ipus(self) -> int:
+        return math.prod(self.axis_shapes)
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return dict(zip(self.axis_names, self.axis_shapes, strict=True))
+
+    def __str__(self) -> str:
+        axes = ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_shapes, strict=True))
+        return f"Mesh({axes}) of {self.target.name} IPUs in a {self.system.name}"
+
+
+def make_mesh(
+    axis_shapes: Sequence[int], axis_names: Sequence[str], *, target: Target | None = None
+) -> Mesh:
+    """A mesh of virtual IPUs, like `jax.make_mesh`; the default target is Bow."""
+    shapes, names = tuple(axis_shapes), tuple(axis_names)
+    if len(shapes) != len(names):
+        raise ConfigError(
+            f"make_mesh got {len(shapes)} axis sizes {shapes} for {len(names)} names {names}; "
+            "give one size per name"
+        )
+    if any(not isinstance(s, int) or s < 1 for s in shapes):
+        raise ConfigError(f"mesh axis sizes must be positive integers, got {shapes}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"mesh axis names must be distinct, got {names}")
+    target = target or Target.bow()
+    return Mesh(shapes, names, target, system_for(math.prod(shapes)))
+
+
+def default_mesh() -> Mesh:
+    return make_mesh((1,), ("ipu",))

@@ -1,0 +1,192 @@
+"""The cost report: what the real machine would do, from the Target's cost model.
+
+Every figure here is derived statically when the program is compiled (cycles from the Target's
+formulas, bytes from layouts), never measured from the simulator. The report prints as text and
+round-trips exactly through a versioned JSON schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ipujax.errors import ReportError
+
+SCHEMA = "ipujax.cost_report"
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SuperstepCost:
+    name: str
+    op: str
+    source: str
+    tiles: int
+    flops: int
+    exchange_bytes: int
+    compute_cycles: int
+    exchange_cycles: int
+    sync_cycles: int
+    sync_group: str = "ipu0"
+
+    @property
+    def cycles(self) -> int:
+        return self.compute_cycles + self.exchange_cycles + self.sync_cycles
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveCost:
+    kind: str
+    axes: tuple[str, ...]
+    group_size: int
+    bytes_per_ipu: int
+    cycles: int
+    op: str = ""
+    source: str = ""
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseCost:
+    name: str
+    cycles: int
+    streaming_bytes: int
+    peak_tile_bytes: int
+
+
+_RECORDS = {"supersteps": SuperstepCost, "collectives": CollectiveCost, "phases": PhaseCost}
+_ARRAYS = ("tile_memory", "always_live")
+
+
+@dataclass(frozen=True, eq=False)
+class CostReport:
+    target: str
+    system: str
+    ipus: int
+    tiles_per_ipu: int
+    clock_hz: float
+    bytes_per_tile: int
+    total_cycles: int
+    flops: int
+    peak_flops_per_cycle: int  # per IPU at the program's matmul precision, for utilisation
+    exchange_bytes: int
+    ipu_link_bytes: int
+    streaming_bytes: int
+    tile_memory: np.ndarray  # [ipus, tiles] peak bytes
+    always_live: np.ndarray  # [ipus, tiles] always-live bytes
+    supersteps: tuple[SuperstepCost, ...]
+    collectives: tuple[CollectiveCost, ...] = ()
+    phases: tuple[PhaseCost, ...] = ()
+
+    @property
+    def seconds(self) -> float:
+        return self.total_cycles / self.clock_hz
+
+    @property
+    def peak_tile_bytes(self) -> int:
+        return int(self.tile_memory.max()) if self.tile_memory.size else 0
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_tile_bytes <= self.bytes_per_tile
+
+    @property
+    def flop_utilisation(self) -> float:
+        peak = self.peak_flops_per_cycle * self.tiles_per_ipu * self.ipus * self.total_cycles
+        return self.flops / peak if peak else 0.0
+
+    # ---- text ------------------------------------------------------------------------------
+
+    def summary(self) -> str:
+        fits = "yes" if self.fits else "NO"
+        lines = [
+            f"target          {self.target} x {self.ipus} ({self.system}), "
+            f"{self.tiles_per_ipu:,} tiles/IPU at {self.clock_hz / 1e9:.3f} GHz",
+            f"total cycles    {self.total_cycles:,} ({self.seconds * 1e3:.4f} ms)",
+            f"FLOPs           {self.flops:,} ({100 * self.flop_utilisation:.2f}% of peak)",
+            f"peak tile mem   {self.peak_tile_bytes:,} of {self.bytes_per_tile:,} bytes, "
+            f"fits: {fits}",
+            f"exchange        {self.exchange_bytes:,} bytes on chip",
+            f"IPU-Links       {self.ipu_link_bytes:,} bytes; "
+            f"streaming {self.streaming_bytes:,} bytes",
+            f"supersteps      {len(self.supersteps)}",
+        ]
+        lines += ["", "cycles by op:"]
+        lines += [f"  {cycles:>14,}  {op}" for op, cycles in self.cycles_by_op()[:10]]
+        return "\n".join(lines)
+
+    def cycles_by_op(self) -> list[tuple[str, int]]:
+        totals: dict[str, int] = {}
+        for step in self.supersteps:
+            totals[step.op] = totals.get(step.op, 0) + step.cycles
+        return sorted(totals.items(), key=lambda item: -item[1])
+
+    # ---- JSON ------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": SCHEMA, "version": VERSION}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in _ARRAYS:
+                value = value.tolist()
+            elif f.name in _RECORDS:
+                value = [dataclasses.asdict(r) for r in value]
+            out[f.name] = value
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> CostReport:
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as error:
+            raise ReportError(f"a cost report must be JSON: {error}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> CostReport:
+        _check_header(data)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        missing = sorted(fields - set(data))
+        if missing:
+            raise ReportError(f"the cost report lacks the fields {missing}; was it cut short?")
+        values = {name: data[name] for name in fields}
+        try:
+            for name in _ARRAYS:
+                values[name] = np.asarray(values[name], dtype=np.int64).reshape(
+                    values["ipus"], values["tiles_per_ipu"]
+                )
+            for name, record in _RECORDS.items():
+                values[name] = tuple(_record(record, r) for r in values[name])
+        except (TypeError, ValueError) as error:
+            raise ReportError(f"the cost report has a malformed field: {error}") from None
+        return cls(**values)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CostReport) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _check_header(data: Any) -> None:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ReportError(f"not an ipujax cost report: expected schema {SCHEMA!r}")
+    if data.get("version") != VERSION:
+        raise ReportError(
+            f"cost report version {data.get('version')!r} is not supported; "
+            f"this ipujax reads version {VERSION}"
+        )
+
+
+def _record(record: type, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise TypeError(f"{record.__name__} entries must be objects, got {type(raw).__name__}")
+    names = [f.name for f in dataclasses.fields(record)]
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in names}
+    return record(**values)

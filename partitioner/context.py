@@ -1,0 +1,38 @@
+"""What tile rules share while the scheduler maps one program: the target and the tile offset
+that spreads linearly mapped tensors over the chip."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lowering import Value
+from partitioner.layout import Layout, linear_layout
+from partitioner.target import Target
+
+
+@dataclass
+class MappingContext:
+    target: Target
+    constants: dict[Value, np.ndarray] = field(default_factory=dict)
+    _next_start: int = 0
+
+    def linear(self, value: Value) -> Layout:
+        """A linear layout for a value, starting where the last small tensor stopped, so that
+        many small tensors do not all land on tile 0."""
+        t = self.target
+        layout = linear_layout(
+            value.shape,
+            value.dtype.itemsize,
+            t.tiles_per_ipu,
+            grain_bytes=t.grain_bytes,
+            min_bytes=t.min_bytes_per_tile,
+            start=self._next_start,
+        )
+        self._next_start = layout.stop % t.tiles_per_ipu
+        return layout
+
+    def constant_of(self, value: Value) -> Any:
+        return self.constants.get(value)

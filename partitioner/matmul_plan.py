@@ -1,0 +1,113 @@
+"""Planning a matmul over tiles, as PopLibs plans it.
+
+PopLibs treats a matmul as a 1x1 convolution and splits its batch (B), rows (M), columns (N) and
+contraction (K) over tiles; a K split makes partial sums that further supersteps reduce across
+tiles, and a serial split of K runs a loop of smaller matmuls to save memory. It picks the split
+with the fewest estimated cycles whose temporaries fit `available_memory_proportion` of a tile
+(`shared/ipu_facts.md`, "How Poplar costs a BSP superstep"). This module does the same search,
+with the cost formulas of the `Target`, so the plan is chosen by the cycles it will be charged.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from partitioner.target import Target
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulPlan:
+    """A split of [B, M, K] x [B, K, N] over `b * m * n * k` tiles, K in `serial` chunks."""
+
+    b: int
+    m: int
+    n: int
+    k: int
+    serial: int
+    cycles: int
+    temp_bytes_per_tile: int
+
+    @property
+    def tiles(self) -> int:
+        return self.b * self.m * self.n * self.k
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _candidates(size: int, tiles: int) -> list[int]:
+    """Splits worth trying: powers of two below the size, and the size itself if it fits."""
+    found = {1 << i for i in range(int(math.log2(max(1, min(size, tiles)))) + 1)}
+    if size <= tiles:
+        found.add(size)
+    return sorted(found)
+
+
+def _serial_candidates(k_block: int) -> list[int]:
+    return [s for s in (1, 2, 4, 8, 16) if k_block % s == 0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    batch: int
+    rows: int
+    cols: int
+    depth: int
+    in_itemsize: int
+    partial_itemsize: int
+    in_dtype: np.dtype
+
+
+def _evaluate(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> MatmulPlan:
+    b, m, n, k = split
+    bb, mb, nb, kb = _ceil(p.batch, b), _ceil(p.rows, m), _ceil(p.cols, n), _ceil(p.depth, k)
+    in_bytes = (bb * mb * kb + bb * kb * nb) * p.in_itemsize
+    partial_bytes = bb * mb * nb * p.partial_itemsize
+    cycles = t.exchange_cycles(in_bytes) + t.sync_cycles
+    cycles += t.matmul_cycles(2 * bb * mb * nb * kb, p.in_dtype)
+    cycles += (serial - 1) * t.compute_set_overhead_cycles
+    if k > 1:  # partials reduced on the output tiles: receive k blocks, add them up
+        cycles += t.exchange_cycles(k * partial_bytes) + t.sync_cycles
+        cycles += t.vector_cycles(k * bb * mb * nb, np.dtype(np.float32))
+    temp = in_bytes // serial + partial_bytes * (2 if k > 1 else 1)
+    return MatmulPlan(b, m, n, k, serial, cycles, temp)
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_matmul(
+    batch: int,
+    rows: int,
+    cols: int,
+    depth: int,
+    in_dtype: np.dtype,
+    partial_itemsize: int,
+    target: Target,
+) -> MatmulPlan:
+    """The fastest split whose temporaries fit the tile budget; if none fits, the smallest."""
+    problem = _Problem(
+        batch, rows, cols, depth, np.dtype(in_dtype).itemsize, partial_itemsize, np.dtype(in_dtype)
+    )
+    tiles = target.tiles_per_ipu
+    sizes = (batch, rows, cols, depth)
+    best: MatmulPlan | None = None
+    smallest: MatmulPlan | None = None
+    for split in itertools.product(*(_candidates(s, tiles) for s in sizes)):
+        if math.prod(split) > tiles:
+            continue
+        for serial in _serial_candidates(_ceil(depth, split[3])):
+            plan = _evaluate(problem, split, serial, target)
+            if smallest is None or plan.temp_bytes_per_tile < smallest.temp_bytes_per_tile:
+                smallest = plan
+            if plan.temp_bytes_per_tile <= target.matmul_memory_budget and (
+                best is None or (plan.cycles, plan.tiles) < (best.cycles, best.tiles)
+            ):
+                best = plan
+    chosen = best or smallest
+    assert chosen is not None  # the all-ones split is always a candidate
+    return chosen

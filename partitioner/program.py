@@ -1,0 +1,85 @@
+"""The BSP program: tasks (one per IR op) made of supersteps, as the runtime and the cost
+report see it.
+
+A superstep is Poplar's unit of execution: an exchange (tiles receive the data they need), a sync
+and a compute set (every working tile runs its vertex). Its cycles are fixed at scheduling time
+from the `Target` formulas; nothing here is ever measured. A task is one op's work: the kernel
+that runs its supersteps on `[tiles, *block]` arrays, its operands' and results' layouts, and the
+temporaries it holds on tiles while it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lowering import Op, SourceLoc, Value
+from partitioner.layout import Layout
+
+
+@dataclass(frozen=True, slots=True)
+class Superstep:
+    """Exchange, sync, compute: what one step costs and which op and line it serves."""
+
+    name: str
+    op: str
+    loc: SourceLoc
+    tiles: int  # tiles that compute, from `start`
+    start: int
+    flops: int
+    exchange_bytes: int  # bytes moved over the on-chip exchange, all tiles together
+    busiest_tile_bytes: int  # bytes the busiest tile receives
+    compute_cycles: int
+    exchange_cycles: int
+    sync_cycles: int
+    sync_group: str = "ipu0"
+
+    @property
+    def cycles(self) -> int:
+        return self.compute_cycles + self.exchange_cycles + self.sync_cycles
+
+
+@dataclass(frozen=True, slots=True)
+class TileBytes:
+    """`bytes_per_tile` bytes on each of the tiles `start .. start + tiles - 1`."""
+
+    start: int
+    tiles: int
+    bytes_per_tile: int
+    what: str = ""
+
+
+Kernel = Callable[..., tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Task:
+    """One op on tiles: its inputs (operands, then values its regions capture), its kernel and
+    its supersteps."""
+
+    op: Op
+    inputs: tuple[Value, ...]
+    input_layouts: tuple[Layout, ...]
+    result_layouts: tuple[Layout, ...]
+    kernel: Kernel
+    supersteps: tuple[Superstep, ...] = ()
+    temporaries: tuple[TileBytes, ...] = ()
+    # For views: result i shares the storage of input aliases[i] (None: storage of its own).
+    aliases: tuple[int | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Program:
+    """A whole program on one IPU: input layouts, tasks in order, output values."""
+
+    inputs: tuple[Value, ...]
+    input_layouts: tuple[Layout, ...]
+    tasks: tuple[Task, ...]
+    outputs: tuple[Value, ...]
+    layouts: dict[Value, Layout]
+    tiles: int
+
+    @property
+    def supersteps(self) -> tuple[Superstep, ...]:
+        return tuple(step for task in self.tasks for step in task.supersteps)

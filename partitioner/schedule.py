@@ -1,0 +1,45 @@
+"""Scheduling: a Graph on one IPU becomes a BSP Program.
+
+The passes, in order: map the program's inputs linearly over the tiles; then for each op in
+program order, its tile rule (`tile_rules.TILE_RULES`) picks its result layouts, its kernel and
+its supersteps, given the layouts its operands already have. The result is one straight list of
+tasks, which the runtime runs in order and the cost model sums.
+"""
+
+from __future__ import annotations
+
+from lowering import Graph, Op, Value, free_values
+from partitioner.context import MappingContext
+from partitioner.program import Program, Task
+from partitioner.target import Target
+from partitioner.tile_rules import TILE_RULES
+
+
+def _reads(op: Op) -> tuple[Value, ...]:
+    """An op's operands, then the values its regions capture from the program around it."""
+    captured: dict[Value, None] = {}
+    for region in op.regions:
+        for value in free_values(region):
+            if value not in op.operands:
+                captured[value] = None
+    return op.operands + tuple(captured)
+
+
+def schedule(graph: Graph, target: Target) -> Program:
+    """Maps every value of `graph` onto the tiles of one IPU and orders its supersteps."""
+    ctx = MappingContext(target)
+    layouts = {value: ctx.linear(value) for value in graph.inputs}
+    tasks: list[Task] = []
+    for op in graph.ops:
+        reads = _reads(op)
+        task = TILE_RULES[op.name](op, reads, tuple(layouts[v] for v in reads), ctx)
+        layouts.update(zip(op.results, task.result_layouts, strict=True))
+        tasks.append(task)
+    return Program(
+        inputs=graph.inputs,
+        input_layouts=tuple(layouts[v] for v in graph.inputs),
+        tasks=tuple(tasks),
+        outputs=graph.outputs,
+        layouts=layouts,
+        tiles=target.tiles_per_ipu,
+    )

@@ -1,0 +1,488 @@
+"""Tile rules: how each op runs on tiles. One rule per op of the vocabulary.
+
+A rule maps an op onto tiles and returns a `Task`: the layouts of its results, a kernel that runs
+on `[tiles, *block]` arrays, and the supersteps it costs. There are five kinds:
+
+- elementwise ops follow their operands' layout; the kernel is the op's jax.lax evaluation rule
+  `jax.vmap`ped over the tile axis, so each tile computes its own block;
+- dot_general is planned as PopLibs plans a matmul (`matmul_plan`): operands are exchanged into
+  [B, M, K] and [B, K, N] blocks over a grid of tiles, each tile runs the dot of its blocks, and
+  a K split is reduced across tiles in a second superstep;
+- reduce runs in stages: each tile reduces its block, then partials are exchanged to the tiles
+  that own the output and reduced again;
+- views (reshape of a linearly mapped tensor, sharding annotations, barriers) cost nothing;
+- every other op (data movement, gather and scatter, sort, convolution, control flow) runs as
+  one kernel over the whole tensor, costed as an exchange that brings each result tile its block
+  plus the op's work spread evenly over the result's tiles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax import lax
+
+from lowering import VOCABULARY, Op, Value, apply_rule, op_cost, walk
+from lowering.vocabulary import CONTRACTIONS, ELEMENTWISE
+from partitioner.context import MappingContext
+from partitioner.layout import Layout, from_tiles, relayout, tile_bytes, to_tiles
+from partitioner.matmul_plan import plan_matmul
+from partitioner.program import Superstep, Task, TileBytes
+from partitioner.target import Target
+
+TileRule = Callable[[Op, tuple[Value, ...], tuple[Layout, ...], MappingContext], Task]
+Array = Any
+
+
+def _step(
+    op: Op,
+    name: str,
+    target: Target,
+    *,
+    tiles: int,
+    start: int = 0,
+    flops: int = 0,
+    compute_cycles: int = 0,
+    busiest_bytes: int = 0,
+    exchange_bytes: int = 0,
+) -> Superstep:
+    return Superstep(
+        name=f"{op.name}.{name}" if name else op.name,
+        op=op.name,
+        loc=op.loc,
+        tiles=tiles,
+        start=start,
+        flops=flops,
+        exchange_bytes=exchange_bytes,
+        busiest_tile_bytes=busiest_bytes,
+        compute_cycles=compute_cycles,
+        exchange_cycles=target.exchange_cycles(busiest_bytes),
+        sync_cycles=target.sync_cycles,
+    )
+
+
+def _per_tile(total: int, elements: int, block_elements: int) -> int:
+    """The busiest tile's share of `total` work when it holds a full block of the elements."""
+    return math.ceil(total * block_elements / max(1, elements))
+
+
+# ---- elementwise ---------------------------------------------------------------------------
+
+
+def _elementwise_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    result = op.results[0]
+    if any(v.shape not in (result.shape, ()) for v in op.operands):
+        return _whole_tensor_tile_rule(op, inputs, layouts, ctx)
+    out = next(
+        (lay for v, lay in zip(op.operands, layouts, strict=True) if v.shape == result.shape),
+        None,
+    ) or ctx.linear(result)
+    out = Layout(result.shape, out.view, out.grid, out.start)
+    tiled = tuple(v.shape == result.shape and v.shape != () for v in op.operands)
+    if result.shape == ():
+        tiled = tuple(True for _ in op.operands)
+
+    def kernel(*tiles: Array) -> tuple[Array, ...]:
+        blocks = [
+            relayout(t, lay, out) if is_tiled else from_tiles(t, lay)
+            for t, lay, is_tiled in zip(tiles, layouts, tiled, strict=True)
+        ]
+        axes = [0 if is_tiled else None for is_tiled in tiled]
+        block_rule = jax.vmap(lambda *b: apply_rule(op, list(b), op.attrs, {}), in_axes=axes)
+        return tuple(block_rule(*blocks))
+
+    return Task(op, inputs, layouts, (out,), kernel, _elementwise_steps(op, layouts, out, ctx))
+
+
+def _elementwise_steps(
+    op: Op, layouts: tuple[Layout, ...], out: Layout, ctx: MappingContext
+) -> tuple[Superstep, ...]:
+    result = op.results[0]
+    block = out.block_elements
+    moved = [
+        block * v.dtype.itemsize
+        if v.shape == () or lay.view != out.view or lay.grid != out.grid or lay.start != out.start
+        else 0
+        for v, lay in zip(op.operands, layouts, strict=True)
+    ]
+    cost = op_cost(op)
+    flops = _per_tile(cost.flops, result.size, block)
+    special = _per_tile(cost.transcendentals, result.size, block)
+    dtype = op.operands[0].dtype if op.operands else result.dtype
+    cycles = ctx.target.vector_cycles(flops, dtype, special)
+    step = _step(
+        op,
+        "",
+        ctx.target,
+        tiles=out.tiles,
+        start=out.start,
+        flops=cost.flops,
+        compute_cycles=cycles,
+        busiest_bytes=sum(moved),
+        exchange_bytes=sum(moved) * out.tiles,
+    )
+    return (step,)
+
+
+# ---- dot_general ---------------------------------------------------------------------------
+
+
+def _dot_dims(op: Op) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
+    (lc, rc), (lb, rb) = op.attrs["dimension_numbers"]
+    lhs, rhs = op.operands
+    lf = [d for d in range(len(lhs.shape)) if d not in lc and d not in lb]
+    rf = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
+    return list(lb), lf, list(lc), list(rb), list(rc), rf
+
+
+def _dot_general_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    lhs, rhs = op.operands
+    result = op.results[0]
+    lb, lf, lc, rb, rc, rf = _dot_dims(op)
+    size = lambda v, dims: math.prod(v.shape[d] for d in dims)  # noqa: E731
+    big_b, big_m, big_k, big_n = size(lhs, lb), size(lhs, lf), size(lhs, lc), size(rhs, rf)
+    exact = not np.issubdtype(result.dtype, np.floating) and result.dtype.kind != "V"
+    partial_dtype = result.dtype if exact else np.dtype(np.float32)
+    plan = plan_matmul(big_b, big_m, big_n, big_k, lhs.dtype, partial_dtype.itemsize, ctx.target)
+    grid_l = Layout(_permuted(lhs, lb + lf + lc), (big_b, big_m, big_k), (plan.b, plan.m, plan.k))
+    grid_r = Layout(_permuted(rhs, rb + rc + rf), (big_b, big_k, big_n), (plan.b, plan.k, plan.n))
+    out = Layout(result.shape, (big_b, big_m, big_n), (plan.b, plan.m, plan.n))
+    rule = _dot_block_rule(op, plan.serial, partial_dtype)
+
+    def kernel(lhs_tiles: Array, rhs_tiles: Array) -> tuple[Array, ...]:
+        left = _to_grid(lhs_tiles, layouts[0], lb + lf + lc, grid_l)
+        right = _to_grid(rhs_tiles, layouts[1], rb + rc + rf, grid_r)
+        left = left.reshape(plan.b, plan.m, plan.k, *grid_l.block)
+        right = right.reshape(plan.b, plan.k, plan.n, *grid_r.block)
+        over_k = jax.vmap(rule, in_axes=(0, 0))  # [k] blocks of both
+        over_n = jax.vmap(over_k, in_axes=(None, 1))
+        over_m = jax.vmap(over_n, in_axes=(0, None))
+        partials = jax.vmap(over_m, in_axes=(0, 0))(left, right)  # [b, m, n, k, *block]
+        partials = partials.reshape(out.tiles, plan.k, *out.block)
+        reduce_k = jax.vmap(lambda parts: _sum_to(parts, result.dtype))
+        return (reduce_k(partials),)
+
+    steps = _dot_steps(op, plan, grid_l, grid_r, out, partial_dtype, ctx.target)
+    temps = (
+        TileBytes(0, plan.tiles, tile_bytes(grid_l, lhs.dtype), "lhs blocks"),
+        TileBytes(0, plan.tiles, tile_bytes(grid_r, rhs.dtype), "rhs blocks"),
+        TileBytes(0, plan.tiles, tile_bytes(out, partial_dtype), "partial sums"),
+    )
+    return Task(op, inputs, layouts, (out,), kernel, steps, temps)
+
+
+def _permuted(value: Value, order: Sequence[int]) -> tuple[int, ...]:
+    return tuple(value.shape[d] for d in order)
+
+
+def _to_grid(tiles: Array, source: Layout, order: Sequence[int], grid: Layout) -> Array:
+    """Exchange an operand into a matmul grid: to logical, transpose to canonical, to blocks."""
+    logical = from_tiles(tiles, source)
+    return to_tiles(lax.transpose(logical, tuple(order)), grid, 0)
+
+
+def _dot_block_rule(op: Op, serial: int, partial_dtype: np.dtype) -> Callable[..., Array]:
+    """One tile's work: [Bb, Mb, Kb] x [Bb, Kb, Nb] in `serial` chunks of K, as a loop of
+    smaller matmuls accumulating in `partial_dtype` (PopLibs' partials type, f32 for floats)."""
+    attrs = {**op.attrs, "dimension_numbers": (((2,), (1,)), ((0,), (0,)))}
+    attrs["preferred_element_type"] = partial_dtype
+
+    def rule(left: Array, right: Array) -> Array:
+        chunk = left.shape[2] // serial
+        total = None
+        for i in range(serial):
+            part = apply_rule(
+                op,
+                [left[:, :, i * chunk : (i + 1) * chunk], right[:, i * chunk : (i + 1) * chunk]],
+                attrs,
+                {},
+            )[0]
+            total = part if total is None else lax.add(total, part)
+        return total
+
+    return rule
+
+
+def _sum_to(parts: Array, dtype: np.dtype) -> Array:
+    total = parts[0]
+    for i in range(1, parts.shape[0]):
+        total = lax.add(total, parts[i])
+    return lax.convert_element_type(total, dtype)
+
+
+def _dot_steps(
+    op: Op,
+    plan: Any,
+    grid_l: Layout,
+    grid_r: Layout,
+    out: Layout,
+    partial: np.dtype,
+    target: Target,
+) -> tuple[Superstep, ...]:
+    lhs, rhs = op.operands
+    received = tile_bytes(grid_l, lhs.dtype) + tile_bytes(grid_r, rhs.dtype)
+    block_flops = 2 * math.prod(out.block) * grid_l.block[2]
+    compute = target.matmul_cycles(block_flops, lhs.dtype)
+    compute += (plan.serial - 1) * target.compute_set_overhead_cycles
+    flops = op_cost(op).flops
+    steps = [
+        _step(
+            op,
+            "matmul",
+            target,
+            tiles=plan.tiles,
+            flops=flops,
+            compute_cycles=compute,
+            busiest_bytes=received,
+            exchange_bytes=received * plan.tiles,
+        )
+    ]
+    if plan.k > 1:
+        partials = plan.k * tile_bytes(out, partial)
+        steps.append(
+            _step(
+                op,
+                "reduce_partials",
+                target,
+                tiles=out.tiles,
+                flops=plan.k * math.prod(out.block) * out.tiles,
+                compute_cycles=target.vector_cycles(plan.k * out.block_elements, partial),
+                busiest_bytes=partials,
+                exchange_bytes=partials * out.tiles,
+            )
+        )
+    return tuple(steps)
+
+
+# ---- reduce --------------------------------------------------------------------------------
+
+
+def _reduce_split(rows: int, depth: int, itemsize: int, target: Target) -> tuple[int, int]:
+    """Tiles over kept elements (`rows`) first; spare tiles split the reduced ones (`depth`)
+    when that is faster, counting the second stage's exchange and reduction."""
+    tiles = target.tiles_per_ipu
+    gp = max(1, min(tiles, rows))
+    best = (0, 1)
+    best_cycles = None
+    gq = 1
+    while gq <= max(1, min(tiles // gp, depth)):
+        pb, qb = -(-rows // gp), -(-depth // gq)
+        cycles = target.vector_cycles(pb * qb, np.dtype(np.float32))
+        if gq > 1:
+            cycles += target.exchange_cycles(gq * pb * itemsize) + target.sync_cycles
+            cycles += target.vector_cycles(gq * pb, np.dtype(np.float32))
+        if best_cycles is None or cycles < best_cycles:
+            best, best_cycles = (gp, gq), cycles
+        gq *= 2
+    return best
+
+
+def _reduce_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    half = len(op.operands) // 2
+    xs = op.operands[:half]
+    dims = tuple(op.attrs["dimensions"])
+    kept = [d for d in range(len(xs[0].shape)) if d not in dims]
+    rows = math.prod(xs[0].shape[d] for d in kept)
+    depth = math.prod(xs[0].shape[d] for d in dims)
+    itemsize = max(v.dtype.itemsize for v in xs)
+    gp, gq = _reduce_split(rows, depth, itemsize, ctx.target)
+    grids = [Layout(_permuted(x, kept + list(dims)), (rows, depth), (gp, gq)) for x in xs]
+    outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
+    stage1 = {"dimensions": (1,)}
+    stage2 = {"dimensions": (0,)}
+
+    def kernel(*tiles: Array) -> tuple[Array, ...]:
+        inits = [from_tiles(t, lay) for t, lay in zip(tiles[half:], layouts[half:], strict=True)]
+        blocks = [
+            to_tiles(lax.transpose(from_tiles(t, lay), (*kept, *dims)), grid, init)
+            for t, lay, grid, init in zip(tiles[:half], layouts[:half], grids, inits, strict=True)
+        ]
+        local = jax.vmap(lambda *b: apply_rule(op, [*b, *inits], stage1, {}))(*blocks)
+        parts = [p.reshape(gp, gq, *p.shape[1:]) for p in local]
+        combine = jax.vmap(lambda *p: apply_rule(op, [*p, *inits], stage2, {}))
+        return tuple(combine(*parts))
+
+    return Task(op, inputs, layouts, outs, kernel, _reduce_steps(op, grids, outs, gq, ctx.target))
+
+
+def _reduce_steps(
+    op: Op, grids: list[Layout], outs: tuple[Layout, ...], gq: int, target: Target
+) -> tuple[Superstep, ...]:
+    xs = op.operands[: len(grids)]
+    received = sum(tile_bytes(g, x.dtype) for g, x in zip(grids, xs, strict=True))
+    block = grids[0].block_elements * len(grids)
+    dtype = xs[0].dtype
+    steps = [
+        _step(
+            op,
+            "local",
+            target,
+            tiles=grids[0].tiles,
+            flops=op_cost(op).flops,
+            compute_cycles=target.vector_cycles(block, dtype),
+            busiest_bytes=received,
+            exchange_bytes=received * grids[0].tiles,
+        )
+    ]
+    if gq > 1:
+        partial = gq * sum(tile_bytes(o, r.dtype) for o, r in zip(outs, op.results, strict=True))
+        steps.append(
+            _step(
+                op,
+                "combine",
+                target,
+                tiles=outs[0].tiles,
+                flops=gq * outs[0].block_elements * outs[0].tiles,
+                compute_cycles=target.vector_cycles(gq * outs[0].block_elements, dtype),
+                busiest_bytes=partial,
+                exchange_bytes=partial * outs[0].tiles,
+            )
+        )
+    return tuple(steps)
+
+
+# ---- views, annotations, constants ---------------------------------------------------------
+
+
+def _reshape_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    source = layouts[0]
+    if len(source.view) != 1:
+        return _whole_tensor_tile_rule(op, inputs, layouts, ctx)
+    # A reshape keeps the row-major order, so a linearly mapped tensor stays where it is.
+    out = Layout(op.results[0].shape, source.view, source.grid, source.start)
+    return Task(op, inputs, layouts, (out,), lambda tiles: (tiles,), aliases=(0,))
+
+
+def _identity_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    count = len(op.operands)
+    return Task(
+        op,
+        inputs,
+        layouts,
+        layouts[:count],
+        lambda *tiles: tiles[:count],
+        aliases=tuple(range(count)),
+    )
+
+
+def _constant_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    value = op.attrs["value"]
+    out = ctx.linear(op.results[0])
+    ctx.constants[op.results[0]] = value
+    return Task(op, inputs, layouts, (out,), lambda: (to_tiles(value, out),))
+
+
+# ---- ops run as one kernel over the whole tensor -------------------------------------------
+
+
+def _region_flops(op: Op, ctx: MappingContext) -> int:
+    """Work inside regions that run as code: a while body times its trips, the largest branch."""
+    if op.name == "while":
+        body = sum(op_cost(o).flops for o in walk(op.regions[1]))
+        cond = sum(op_cost(o).flops for o in walk(op.regions[0]))
+        return (body + cond) * _trip_count(op, ctx)
+    if op.name == "case":
+        return max(sum(op_cost(o).flops for o in walk(r)) for r in op.regions)
+    return 0
+
+
+def _trip_count(op: Op, ctx: MappingContext) -> int:
+    """The trips of a counted loop (`while i < n` from a constant start), else 1."""
+    cond = op.regions[0]
+    compare = next((o for o in cond.ops if o.results == cond.outputs), None)
+    if compare is None or compare.name != "compare" or compare.attrs["direction"] != "LT":
+        return 1
+    counter, limit = compare.operands
+    if counter not in cond.inputs:
+        return 1
+    start = ctx.constant_of(op.operands[cond.inputs.index(counter)])
+    bound = next(
+        (o.attrs["value"] for o in cond.ops if o.results == (limit,) and o.name == "constant"),
+        ctx.constant_of(limit),
+    )
+    if start is None or bound is None or np.size(start) != 1 or np.size(bound) != 1:
+        return 1
+    return max(1, int(bound) - int(start))
+
+
+def _whole_tensor_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    outs = tuple(ctx.linear(r) for r in op.results)
+    count = len(op.operands)
+    captured = inputs[count:]
+
+    def kernel(*tiles: Array) -> tuple[Array, ...]:
+        logical = [from_tiles(t, lay) for t, lay in zip(tiles, layouts, strict=True)]
+        env = dict(zip(captured, logical[count:], strict=True))
+        results = apply_rule(op, logical[:count], op.attrs, env)
+        return tuple(to_tiles(r, lay) for r, lay in zip(results, outs, strict=True))
+
+    return Task(op, inputs, layouts, outs, kernel, _whole_tensor_steps(op, outs, ctx))
+
+
+def _whole_tensor_steps(op: Op, outs: tuple[Layout, ...], ctx: MappingContext) -> tuple:
+    target = ctx.target
+    tiles = max(o.tiles for o in outs)
+    start = outs[0].start
+    elements = sum(r.size for r in op.results)
+    block = sum(o.block_elements for o in outs)
+    received = sum(tile_bytes(o, r.dtype) for o, r in zip(outs, op.results, strict=True))
+    if op.name == "broadcast_in_dim":  # each tile receives the source once, then copies
+        received = min(received, op.operands[0].nbytes)
+    if op.name in ("iota",):
+        received = 0
+    cost = op_cost(op)
+    flops = cost.flops + _region_flops(op, ctx)
+    per_tile = _per_tile(flops, elements, block)
+    dtype = op.operands[0].dtype if op.operands else op.results[0].dtype
+    if op.name in CONTRACTIONS:
+        compute = target.matmul_cycles(per_tile, dtype)
+    else:
+        special = _per_tile(cost.transcendentals, elements, block)
+        compute = target.vector_cycles(max(per_tile, block), dtype, special)
+    step = _step(
+        op,
+        "",
+        target,
+        tiles=tiles,
+        start=start,
+        flops=flops,
+        compute_cycles=compute,
+        busiest_bytes=received,
+        exchange_bytes=received * tiles,
+    )
+    return (step,)
+
+
+_SPECIAL: dict[str, TileRule] = {
+    "dot_general": _dot_general_tile_rule,
+    "reduce": _reduce_tile_rule,
+    "reshape": _reshape_tile_rule,
+    "constant": _constant_tile_rule,
+    "sharding_constraint": _identity_tile_rule,
+    "optimization_barrier": _identity_tile_rule,
+}
+
+TILE_RULES: dict[str, TileRule] = {
+    name: _SPECIAL.get(
+        name, _elementwise_tile_rule if name in ELEMENTWISE else _whole_tensor_tile_rule
+    )
+    for name in sorted(VOCABULARY)
+}
