@@ -22,7 +22,7 @@ from ipujax.errors import (
     VerifyError,
 )
 from ipujax.mesh import SYSTEMS, Mesh, System, make_mesh
-from ipujax.report import CollectiveCost, CostReport, PhaseCost, SuperstepCost
+from ipujax.report import CollectiveCost, CostReport, PhaseCost, SuperstepCost, TileUsage
 from lowering import Graph, evaluate, lower
 from partitioner.target import Target
 
@@ -45,6 +45,7 @@ __all__ = [
     "SuperstepCost",
     "System",
     "Target",
+    "TileUsage",
     "UnsupportedOpError",
     "VerifyError",
     "evaluate",

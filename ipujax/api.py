@@ -56,7 +56,7 @@ class Compiled:
         self.program = program
         self.memory = memory
         self.mesh = mesh
-        self._report = build_report(program, memory, mesh)
+        self._report = build_report(program, memory, mesh, graph)
         self._run = compile_program(program, donate)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -118,11 +118,25 @@ class Jitted:
             return self
         return _BoundJitted(self, instance)
 
+    def _static(self, count: int) -> tuple[set[int], set[str]]:
+        """Static positions and names; like jax.jit, a static parameter is static whether it
+        is passed by position or by keyword."""
+        positions = {i % count for i in self._options.static_argnums if -count <= i < count}
+        names = set(self._options.static_argnames)
+        try:
+            params = list(inspect.signature(self._fun).parameters)
+        except (TypeError, ValueError):
+            return positions, names
+        positions |= {i for i, name in enumerate(params[:count]) if name in names}
+        names |= {params[i] for i in self._options.static_argnums if 0 <= i < len(params)}
+        return positions, names
+
     def _split(self, args: tuple, kwargs: dict) -> tuple[Callable[..., Any], tuple, dict, Any]:
         """The function of the dynamic arguments only, with the static ones closed over."""
         count = len(args)
-        statics = {i % count: args[i] for i in self._options.static_argnums if -count <= i < count}
-        static_kw = {k: v for k, v in kwargs.items() if k in self._options.static_argnames}
+        positions, names = self._static(count)
+        statics = {i: args[i] for i in sorted(positions)}
+        static_kw = {k: v for k, v in kwargs.items() if k in names}
         dyn_args = tuple(a for i, a in enumerate(args) if i not in statics)
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_kw}
         fun = self._fun
@@ -132,15 +146,16 @@ class Jitted:
             full = [statics[i] if i in statics else next(it) for i in range(count)]
             return fun(*full, **dkwargs, **static_kw)
 
-        key = (tuple(sorted(statics.items())), tuple(sorted(static_kw.items())))
+        key = (tuple(statics.items()), tuple(sorted(static_kw.items())))
         if not statics and not static_kw:
             return fun, dyn_args, dyn_kwargs, key
         _name_parameters(dynamic, fun, set(statics), set(static_kw))
         return dynamic, dyn_args, dyn_kwargs, key
 
-    def _donated(self, dyn_args: tuple, dyn_kwargs: dict, count: int) -> list[int]:
-        statics = {i % count for i in self._options.static_argnums if -count <= i < count}
-        dynamic_positions = [i for i in range(count) if i not in statics]
+    def _donated(self, dyn_args: tuple, count: int) -> list[int]:
+        """Flat input indices of the donated arguments' leaves."""
+        positions, _ = self._static(count)
+        dynamic_positions = [i for i in range(count) if i not in positions]
         flat: list[int] = []
         offset = 0
         for position, arg in zip(dynamic_positions, dyn_args, strict=True):
@@ -155,7 +170,7 @@ class Jitted:
         dynamic, dyn_args, dyn_kwargs, _ = self._split(args, kwargs)
         graph = lower(dynamic, *dyn_args, **dyn_kwargs)
         _check_shardings(self._options, graph)
-        donate = self._donated(dyn_args, dyn_kwargs, len(args))
+        donate = self._donated(dyn_args, len(args))
         return Lowered(graph, self._options, donate)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

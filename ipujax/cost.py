@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from ipujax.mesh import Mesh
-from ipujax.report import CostReport, SuperstepCost
-from partitioner.memory import TileMemory
+from ipujax.report import CostReport, SuperstepCost, TileUsage
+from lowering import Graph
+from partitioner.memory import TileMemory, largest_on_tile
 from partitioner.program import Program
 
 
@@ -23,7 +24,19 @@ def _matmul_dtype(program: Program) -> np.dtype:
     return max(dots, key=lambda op: op.results[0].size).operands[0].dtype
 
 
-def build_report(program: Program, memory: TileMemory, mesh: Mesh) -> CostReport:
+TOP_TILES = 5
+
+
+def _top_tiles(program: Program, memory: TileMemory, graph: Graph) -> tuple[TileUsage, ...]:
+    total = memory.total
+    fullest = np.argsort(-total, kind="stable")[:TOP_TILES]
+    return tuple(
+        TileUsage(0, int(t), int(total[t]), tuple(largest_on_tile(memory, program, graph, int(t))))
+        for t in fullest
+    )
+
+
+def build_report(program: Program, memory: TileMemory, mesh: Mesh, graph: Graph) -> CostReport:
     target = mesh.target
     steps = tuple(
         SuperstepCost(
@@ -56,4 +69,5 @@ def build_report(program: Program, memory: TileMemory, mesh: Mesh) -> CostReport
         tile_memory=memory.total.reshape(1, -1).astype(np.int64),
         always_live=memory.always_live.reshape(1, -1).astype(np.int64),
         supersteps=steps,
+        top_tiles=_top_tiles(program, memory, graph),
     )

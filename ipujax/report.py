@@ -51,6 +51,16 @@ class CollectiveCost:
 
 
 @dataclass(frozen=True, slots=True)
+class TileUsage:
+    """One of the fullest tiles at its peak: bytes in all, and its largest tensors."""
+
+    ipu: int
+    tile: int
+    bytes: int
+    tensors: tuple[tuple[int, str], ...]  # (bytes on this tile, what and where from)
+
+
+@dataclass(frozen=True, slots=True)
 class PhaseCost:
     name: str
     cycles: int
@@ -58,7 +68,12 @@ class PhaseCost:
     peak_tile_bytes: int
 
 
-_RECORDS = {"supersteps": SuperstepCost, "collectives": CollectiveCost, "phases": PhaseCost}
+_RECORDS = {
+    "supersteps": SuperstepCost,
+    "collectives": CollectiveCost,
+    "phases": PhaseCost,
+    "top_tiles": TileUsage,
+}
 _ARRAYS = ("tile_memory", "always_live")
 
 
@@ -81,6 +96,7 @@ class CostReport:
     supersteps: tuple[SuperstepCost, ...]
     collectives: tuple[CollectiveCost, ...] = ()
     phases: tuple[PhaseCost, ...] = ()
+    top_tiles: tuple[TileUsage, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -142,11 +158,11 @@ class CostReport:
         return json.dumps(self.to_dict(), indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> CostReport:
+    def from_json(cls, text: str | bytes) -> CostReport:
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as error:
-            raise ReportError(f"a cost report must be JSON: {error}") from None
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as error:
+            raise ReportError(f"a cost report must be JSON text: {error}") from None
         return cls.from_dict(data)
 
     @classmethod
@@ -157,6 +173,7 @@ class CostReport:
         if missing:
             raise ReportError(f"the cost report lacks the fields {missing}; was it cut short?")
         values = {name: data[name] for name in fields}
+        _check_scalars(values)
         try:
             for name in _ARRAYS:
                 values[name] = np.asarray(values[name], dtype=np.int64).reshape(
@@ -174,19 +191,51 @@ class CostReport:
     __hash__ = None  # type: ignore[assignment]
 
 
+_SCALARS: dict[str, tuple[type, ...]] = {
+    "target": (str,),
+    "system": (str,),
+    "ipus": (int,),
+    "tiles_per_ipu": (int,),
+    "clock_hz": (int, float),
+    "bytes_per_tile": (int,),
+    "total_cycles": (int,),
+    "flops": (int,),
+    "peak_flops_per_cycle": (int,),
+    "exchange_bytes": (int,),
+    "ipu_link_bytes": (int,),
+    "streaming_bytes": (int,),
+}
+
+
+def _check_scalars(values: dict[str, Any]) -> None:
+    for name, types in _SCALARS.items():
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ReportError(
+                f"the cost report's {name!r} is {value!r}; expected "
+                f"{' or '.join(t.__name__ for t in types)}"
+            )
+
+
 def _check_header(data: Any) -> None:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ReportError(f"not an ipujax cost report: expected schema {SCHEMA!r}")
-    if data.get("version") != VERSION:
+    version = data.get("version")
+    if isinstance(version, bool) or version != VERSION:
         raise ReportError(
             f"cost report version {data.get('version')!r} is not supported; "
             f"this ipujax reads version {VERSION}"
         )
 
 
+def _tuples(value: Any) -> Any:
+    """JSON lists back into the tuples the records hold, at any depth."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
 def _record(record: type, raw: Any) -> Any:
     if not isinstance(raw, dict):
         raise TypeError(f"{record.__name__} entries must be objects, got {type(raw).__name__}")
     names = [f.name for f in dataclasses.fields(record)]
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in names}
+    values = {k: _tuples(v) for k, v in raw.items() if k in names}
     return record(**values)

@@ -20,6 +20,7 @@ from lowering.dtypes import numpy_dtype
 from lowering.errors import LoweringError, UnsupportedFeatureError, UnsupportedOpError
 from lowering.import_rules import IMPORT_RULES
 from lowering.ir import Graph, Op, Value
+from lowering.locations import SourceLoc
 from lowering.vocabulary import ir_name
 
 _TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return"})
@@ -42,7 +43,7 @@ class _Importer:
         block = func.regions[0].blocks[0]
         inputs = tuple(self._new_value(arg.type, func) for arg in block.arguments)
         env = dict(zip(block.arguments, inputs, strict=True))
-        ops, outputs = self._block(block, env)
+        ops, outputs = self._block(block, env, locations.UNKNOWN)
         names = tuple(_arg_name(arg, i) for i, arg in enumerate(block.arguments))
         return Graph(inputs=inputs, outputs=outputs, ops=tuple(ops), input_names=names)
 
@@ -54,33 +55,37 @@ class _Importer:
             raise UnsupportedOpError(_mlir_name(owner), loc, f"values of type {mlir_type}")
         return Value(next(self._ids), tuple(tensor.shape), dtype)
 
-    def _block(self, block: ir.Block, env: _MLIR) -> tuple[list[Op], tuple[Value, ...]]:
+    def _block(
+        self, block: ir.Block, env: _MLIR, outer: SourceLoc
+    ) -> tuple[list[Op], tuple[Value, ...]]:
+        """Imports a block's ops. `outer` is the location of the op or call around the block:
+        ops that jax made without a user frame (inside its own private functions) get it."""
         ops: list[Op] = []
         for mlir_op in block.operations:
             name = _mlir_name(mlir_op)
             if name in _TERMINATORS:
                 return ops, tuple(env[v] for v in mlir_op.operands)
+            loc = locations.decode(mlir_op.location, outer)
             if name == "func.call":
-                ops.extend(self._inline_call(mlir_op, env))
+                ops.extend(self._inline_call(mlir_op, env, loc))
             else:
-                ops.append(self._op(mlir_op, env))
+                ops.append(self._op(mlir_op, env, loc))
         raise LoweringError(f"a block of {len(ops)} ops has no terminator")
 
-    def _inline_call(self, call: Any, env: _MLIR) -> list[Op]:
+    def _inline_call(self, call: Any, env: _MLIR, loc: SourceLoc) -> list[Op]:
         callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
         block = self._functions[callee].regions[0].blocks[0]
         inner = {arg: env[v] for arg, v in zip(block.arguments, call.operands, strict=True)}
-        ops, outputs = self._block(block, inner)
+        ops, outputs = self._block(block, inner, loc)
         env.update(zip(call.results, outputs, strict=True))
         return ops
 
-    def _op(self, mlir_op: Any, env: _MLIR) -> Op:
-        loc = locations.decode(mlir_op.location)
+    def _op(self, mlir_op: Any, env: _MLIR, loc: SourceLoc) -> Op:
         name = ir_name(_mlir_name(mlir_op))
         if name is None:
             raise UnsupportedOpError(_mlir_name(mlir_op), loc, _custom_call_target(mlir_op))
         operands = tuple(env[v] for v in mlir_op.operands)
-        regions = tuple(self._region(r, env) for r in mlir_op.regions)
+        regions = tuple(self._region(r, env, loc) for r in mlir_op.regions)
         try:
             attrs = IMPORT_RULES[name](mlir_op, regions)
         except UnsupportedFeatureError as error:
@@ -89,12 +94,12 @@ class _Importer:
         env.update(zip(mlir_op.results, results, strict=True))
         return Op(name, operands, results, attrs, regions, loc)
 
-    def _region(self, region: ir.Region, env: _MLIR) -> Graph:
+    def _region(self, region: ir.Region, env: _MLIR, loc: SourceLoc) -> Graph:
         block = region.blocks[0]
         inputs = tuple(self._new_value(arg.type, block.owner) for arg in block.arguments)
         # A region may read values of the blocks around it, so it sees a copy of their env.
         inner = {**env, **dict(zip(block.arguments, inputs, strict=True))}
-        ops, outputs = self._block(block, inner)
+        ops, outputs = self._block(block, inner, loc)
         return Graph(inputs=inputs, outputs=outputs, ops=tuple(ops), name="region")
 
 

@@ -86,10 +86,11 @@ def _outer_name(loc: ir.Location) -> str:
     return ""
 
 
-def decode(loc: ir.Location) -> SourceLoc:
-    """Decodes an op's MLIR location into the user's file:line and the op's scope path."""
+def decode(loc: ir.Location, outer: SourceLoc = UNKNOWN) -> SourceLoc:
+    """Decodes an op's MLIR location into the user's file:line and the op's scope path; an op
+    with no user frame of its own takes the file:line of `outer`, the op or call around it."""
     found = _first_file(loc)
-    scope = _outer_name(loc)
+    scope = _outer_name(loc) or outer.scope
     if found is None:
-        return SourceLoc(scope=scope)
+        return SourceLoc(file=outer.file, line=outer.line, column=outer.column, scope=scope)
     return SourceLoc(file=found[0], line=found[1], column=found[2], scope=scope)

@@ -31,16 +31,44 @@ class Layout:
     view: tuple[int, ...]
     grid: tuple[int, ...]
     start: int = 0
+    # Block sizes when they are larger than the even split (linear mapping rounds each tile's
+    # run up to whole grains); empty for the even split `ceil(view / grid)`.
+    chunk: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if math.prod(self.shape) != math.prod(self.view):
             raise ValueError(f"view {self.view} does not hold shape {self.shape}")
         if len(self.grid) != len(self.view) or any(g < 1 for g in self.grid):
             raise ValueError(f"grid {self.grid} does not fit view {self.view}")
+        even = tuple(-(-v // g) if v else 0 for v, g in zip(self.view, self.grid, strict=True))
+        if self.chunk and any(c < e for c, e in zip(self.chunk, even, strict=True)):
+            raise ValueError(f"blocks {self.chunk} cannot hold view {self.view} in {self.grid}")
 
     @property
     def block(self) -> tuple[int, ...]:
+        if self.chunk:
+            return self.chunk
         return tuple(-(-v // g) if v else 0 for v, g in zip(self.view, self.grid, strict=True))
+
+    def storage(self) -> tuple[int, int, int]:
+        """(start, tiles, run): the layout as contiguous runs of the row-major tensor, one per
+        tile, when it splits only its first view dimension; (-1, 0, 0) otherwise. Two layouts
+        with equal storage hold every element on the same tile, so moving between them is free."""
+        if any(g != 1 for g in self.grid[1:]):
+            return (-1, 0, 0)
+        return (self.start, self.tiles, math.prod(self.block))
+
+    def same_place(self, other: Layout) -> bool:
+        """Whether every element of the tensor sits on the same tile in both layouts."""
+        if (self.view, self.grid, self.start, self.block) == (
+            other.view,
+            other.grid,
+            other.start,
+            other.block,
+        ):
+            return True
+        mine = self.storage()
+        return mine[0] >= 0 and mine == other.storage()
 
     @property
     def tiles(self) -> int:
@@ -70,14 +98,16 @@ def linear_layout(
     """Poplar's linear mapping: whole grains, at least `min_bytes` per tile, over few enough
     tiles that every tile used gets an equal run (the last one the remainder)."""
     elements = math.prod(shape)
+    start = start if start < tiles else 0
+    if elements == 0:
+        return Layout(shape, (0,), (1,), start)
     grain = max(1, grain_bytes // itemsize)
     per_tile_min = max(grain, -(-min_bytes // itemsize))
-    used = max(1, min(tiles, elements // per_tile_min if elements else 1))
-    per_tile = -(-elements // used) if elements else 1
-    per_tile = -(-per_tile // grain) * grain  # whole grains
-    used = max(1, -(-elements // per_tile)) if elements else 1
+    used = max(1, min(tiles, elements // per_tile_min))
+    per_tile = -(-(-(-elements // used)) // grain) * grain  # an equal share, in whole grains
+    used = -(-elements // per_tile)
     start = start if start + used <= tiles else 0
-    return Layout(shape, (elements,), (used,), start)
+    return Layout(shape, (elements,), (used,), start, (per_tile,))
 
 
 def to_tiles(x: Array, layout: Layout, pad_value: Any = 0) -> Array:
@@ -110,7 +140,15 @@ def relayout(tiles: Array, source: Layout, target: Layout, pad_value: Any = 0) -
     """An exchange: the same tensor moved from one layout to another (static, no data test)."""
     if source == target:
         return tiles
+    if free_move(source, target):
+        return tiles.reshape(target.tiles, *target.block)
     return to_tiles(from_tiles(tiles, source), target, pad_value)
+
+
+def free_move(source: Layout, target: Layout) -> bool:
+    """Whether a re-layout moves no data: same tiles, same runs, and no padding to fill."""
+    unpadded = math.prod(target.view) == target.tiles * target.block_elements
+    return unpadded and source.same_place(target)
 
 
 def tile_bytes(layout: Layout, dtype: np.dtype) -> int:

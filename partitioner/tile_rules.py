@@ -18,6 +18,7 @@ on `[tiles, *block]` arrays, and the supersteps it costs. There are five kinds:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,7 +30,7 @@ from jax import lax
 from lowering import VOCABULARY, Op, Value, apply_rule, op_cost, walk
 from lowering.vocabulary import CONTRACTIONS, ELEMENTWISE
 from partitioner.context import MappingContext
-from partitioner.layout import Layout, from_tiles, relayout, tile_bytes, to_tiles
+from partitioner.layout import Layout, free_move, from_tiles, relayout, tile_bytes, to_tiles
 from partitioner.matmul_plan import plan_matmul
 from partitioner.program import Superstep, Task, TileBytes
 from partitioner.target import Target
@@ -83,7 +84,7 @@ def _elementwise_tile_rule(
         (lay for v, lay in zip(op.operands, layouts, strict=True) if v.shape == result.shape),
         None,
     ) or ctx.linear(result)
-    out = Layout(result.shape, out.view, out.grid, out.start)
+    out = dataclasses.replace(out, shape=result.shape)
     tiled = tuple(v.shape == result.shape and v.shape != () for v in op.operands)
     if result.shape == ():
         tiled = tuple(True for _ in op.operands)
@@ -106,11 +107,14 @@ def _elementwise_steps(
     result = op.results[0]
     block = out.block_elements
     moved = [
-        block * v.dtype.itemsize
-        if v.shape == () or lay.view != out.view or lay.grid != out.grid or lay.start != out.start
+        v.dtype.itemsize
+        if v.shape == ()
         else 0
+        if lay == out or free_move(lay, out)
+        else block * v.dtype.itemsize
         for v, lay in zip(op.operands, layouts, strict=True)
     ]
+
     cost = op_cost(op)
     flops = _per_tile(cost.flops, result.size, block)
     special = _per_tile(cost.transcendentals, result.size, block)
@@ -171,9 +175,10 @@ def _dot_general_tile_rule(
         return (reduce_k(partials),)
 
     steps = _dot_steps(op, plan, grid_l, grid_r, out, partial_dtype, ctx.target)
+    # With a serial split, each loop iteration receives and holds one chunk of K at a time.
     temps = (
-        TileBytes(0, plan.tiles, tile_bytes(grid_l, lhs.dtype), "lhs blocks"),
-        TileBytes(0, plan.tiles, tile_bytes(grid_r, rhs.dtype), "rhs blocks"),
+        TileBytes(0, plan.tiles, tile_bytes(grid_l, lhs.dtype) // plan.serial, "lhs blocks"),
+        TileBytes(0, plan.tiles, tile_bytes(grid_r, rhs.dtype) // plan.serial, "rhs blocks"),
         TileBytes(0, plan.tiles, tile_bytes(out, partial_dtype), "partial sums"),
     )
     return Task(op, inputs, layouts, (out,), kernel, steps, temps)
@@ -196,6 +201,10 @@ def _dot_block_rule(op: Op, serial: int, partial_dtype: np.dtype) -> Callable[..
     attrs["preferred_element_type"] = partial_dtype
 
     def rule(left: Array, right: Array) -> Array:
+        if left.dtype.itemsize < partial_dtype.itemsize and partial_dtype.kind == "f":
+            # XLA:CPU has no bf16 x bf16 -> f32 dot; widening first is exact.
+            left = lax.convert_element_type(left, partial_dtype)
+            right = lax.convert_element_type(right, partial_dtype)
         chunk = left.shape[2] // serial
         total = None
         for i in range(serial):
@@ -312,14 +321,25 @@ def _reduce_tile_rule(
         combine = jax.vmap(lambda *p: apply_rule(op, [*p, *inits], stage2, {}))
         return tuple(combine(*parts))
 
-    return Task(op, inputs, layouts, outs, kernel, _reduce_steps(op, grids, outs, gq, ctx.target))
+    in_place = list(kept + list(dims)) == sorted(kept + list(dims)) and all(
+        free_move(lay, grid) for lay, grid in zip(layouts[:half], grids, strict=True)
+    )
+    steps = _reduce_steps(op, grids, outs, gq, in_place, ctx.target)
+    return Task(op, inputs, layouts, outs, kernel, steps)
 
 
 def _reduce_steps(
-    op: Op, grids: list[Layout], outs: tuple[Layout, ...], gq: int, target: Target
+    op: Op,
+    grids: list[Layout],
+    outs: tuple[Layout, ...],
+    gq: int,
+    in_place: bool,
+    target: Target,
 ) -> tuple[Superstep, ...]:
     xs = op.operands[: len(grids)]
-    received = sum(tile_bytes(g, x.dtype) for g, x in zip(grids, xs, strict=True))
+    received = (
+        0 if in_place else sum(tile_bytes(g, x.dtype) for g, x in zip(grids, xs, strict=True))
+    )
     block = grids[0].block_elements * len(grids)
     dtype = xs[0].dtype
     steps = [
@@ -361,7 +381,7 @@ def _reshape_tile_rule(
     if len(source.view) != 1:
         return _whole_tensor_tile_rule(op, inputs, layouts, ctx)
     # A reshape keeps the row-major order, so a linearly mapped tensor stays where it is.
-    out = Layout(op.results[0].shape, source.view, source.grid, source.start)
+    out = dataclasses.replace(source, shape=op.results[0].shape)
     return Task(op, inputs, layouts, (out,), lambda tiles: (tiles,), aliases=(0,))
 
 

@@ -1,4 +1,5 @@
-"""Differential oracle: `lowering.evaluate(lowering.lower(f, ...))` must agree with `jax.jit(f)`.
+"""Differential oracle: `lowering.evaluate(lowering.lower(f, ...))` and `ipujax.jit(f)` on one
+virtual IPU must agree with `jax.jit(f)`.
 
 Integer and bool leaves must match exactly; floating leaves within a per-dtype tolerance, with
 NaNs in the same places counted as equal.
@@ -12,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import ipujax
 import lowering
 
 # (rtol, atol) per floating dtype name.
@@ -66,13 +68,29 @@ def assert_trees_match(got, expected) -> None:
         assert_leaf_matches(have, want, where="result" + jax.tree_util.keystr(path))
 
 
+# The tile runtime runs the same suite: on a small IPU (few tiles, many elements per tile) and
+# on a whole Bow IPU (1,472 tiles, small tensors spread thin).
+IPU_TARGETS = {
+    "bow-16-tiles": ipujax.Target.bow().with_tiles(16),
+    "bow": ipujax.Target.bow(),
+}
+
+
 def assert_matches_jit(f, *args, **kwargs):
-    """Lower `f`, verify the graph, evaluate it, compare against `jax.jit(f)`; return the graph."""
+    """Lower `f`, verify the graph, evaluate it, and run it with `ipujax.jit` on each IPU target;
+    every result must match `jax.jit(f)`. Returns the graph."""
     expected = jax.jit(f)(*args, **kwargs)
     graph = lowering.lower(f, *args, **kwargs)
     assert lowering.verify(graph) is None
     got = lowering.evaluate(graph, *args, **kwargs)
     assert_trees_match(got, expected)
+    for name, target in IPU_TARGETS.items():
+        mesh = ipujax.make_mesh((1,), ("ipu",), target=target)
+        try:
+            on_ipu = ipujax.jit(f, mesh=mesh)(*args, **kwargs)
+        except Exception as error:
+            raise AssertionError(f"ipujax.jit on {name} failed: {error}") from error
+        assert_trees_match(on_ipu, expected)
     return graph
 
 
