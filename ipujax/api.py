@@ -20,17 +20,21 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import PartitionSpec
+from jax.sharding import AbstractMesh, PartitionSpec
 
 from ipujax.cost import build_report
 from ipujax.mesh import Mesh, default_mesh
 from ipujax.printer import format_program
 from ipujax.report import CostReport
-from ipujax.runtime import compile_program, run_step_by_step
+from ipujax.runtime import compile_partitioned, compile_program, run_step_by_step
+from ipujax.sharded import axis_traffic, explain, partition_program
+from ipujax.specs import input_specs, output_specs
 from lowering import Graph, lower
 from lowering.evaluator import flatten_args
 from partitioner.errors import ConfigError, ShardingError
+from partitioner.links import LinkModel
 from partitioner.memory import TileMemory, check_memory, tile_memory
+from partitioner.partition import Partitioned
 from partitioner.program import Program, Task
 from partitioner.schedule import schedule
 
@@ -47,17 +51,25 @@ class _Options:
 
 
 class Compiled:
-    """A program scheduled on the virtual IPU: callable, with its BSP program and cost report."""
+    """A program scheduled on the virtual IPUs: callable, with its BSP program and cost report."""
 
     def __init__(
-        self, graph: Graph, program: Program, memory: TileMemory, mesh: Mesh, donate: Sequence[int]
+        self,
+        graph: Graph,
+        program: Program,
+        memory: TileMemory,
+        mesh: Mesh,
+        run: Callable[..., tuple],
+        partitioned: Partitioned | None = None,
     ) -> None:
         self.graph = graph
         self.program = program
         self.memory = memory
         self.mesh = mesh
-        self._report = build_report(program, memory, mesh, graph)
-        self._run = compile_program(program, donate)
+        self.partitioned = partitioned
+        local = partitioned.graph if partitioned is not None else graph
+        self._report = build_report(program, memory, mesh, local)
+        self._run = run
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with jax.enable_x64(True):
@@ -69,10 +81,22 @@ class Compiled:
         return self._report
 
     def as_text(self) -> str:
-        return format_program(self.program, self.graph, self.mesh.target)
+        local = self.partitioned.graph if self.partitioned is not None else self.graph
+        text = format_program(self.program, local, self.mesh.target)
+        if self.partitioned is None:
+            return text
+        return explain(self.partitioned, self.mesh) + "\n\n" + text
+
+    def explain(self) -> str:
+        """Each tensor's sharding and where it came from."""
+        if self.partitioned is None:
+            return f"one IPU ({self.mesh}): every tensor is whole"
+        return explain(self.partitioned, self.mesh)
 
     def step_by_step(self, *args: Any, **kwargs: Any) -> Iterator[tuple[Task, tuple]]:
         """Runs one task (an op's supersteps) at a time, yielding each with its results."""
+        if self.partitioned is not None:
+            raise ConfigError("step_by_step runs programs of one IPU; use a mesh of one IPU")
         with jax.enable_x64(True):
             flat = flatten_args(self.graph, args, kwargs)
         yield from run_step_by_step(self.program, flat)
@@ -81,21 +105,44 @@ class Compiled:
 class Lowered:
     """A traced and imported program, ready to compile for the mesh's target."""
 
-    def __init__(self, graph: Graph, options: _Options, donate: Sequence[int]) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        options: _Options,
+        donate: Sequence[int],
+        in_specs: Sequence[PartitionSpec | None] = (),
+        out_specs: Sequence[PartitionSpec | None] = (),
+    ) -> None:
         self.graph = graph
         self._options = options
         self._donate = tuple(donate)
+        self._in_specs = tuple(in_specs)
+        self._out_specs = tuple(out_specs)
 
     def as_text(self) -> str:
         return str(self.graph)
 
     def compile(self, *, check_memory_fits: bool = True) -> Compiled:
         mesh = self._options.mesh
-        program = schedule(self.graph, mesh.target)
+        if mesh.ipus == 1:
+            program = schedule(self.graph, mesh.target)
+            memory = tile_memory(program, mesh.target)
+            if check_memory_fits:
+                check_memory(memory, program, self.graph, mesh.target)
+            run = compile_program(program, self._donate)
+            return Compiled(self.graph, program, memory, mesh, run)
+        return self._compile_partitioned(check_memory_fits)
+
+    def _compile_partitioned(self, check_memory_fits: bool) -> Compiled:
+        mesh = self._options.mesh
+        partitioned = partition_program(self.graph, mesh, self._in_specs, self._out_specs)
+        links = LinkModel.place(mesh.shape, axis_traffic(partitioned.graph), mesh.target)
+        program = schedule(partitioned.graph, mesh.target, links)
         memory = tile_memory(program, mesh.target)
         if check_memory_fits:
-            check_memory(memory, program, self.graph, mesh.target)
-        return Compiled(self.graph, program, memory, mesh, self._donate)
+            check_memory(memory, program, partitioned.graph, mesh.target)
+        run = compile_partitioned(program, partitioned, mesh.axis_names, mesh.shape, self._donate)
+        return Compiled(self.graph, program, memory, mesh, run, partitioned)
 
 
 def _leaf_key(leaf: Any) -> Any:
@@ -168,10 +215,15 @@ class Jitted:
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         _check_supported(self._options)
         dynamic, dyn_args, dyn_kwargs, _ = self._split(args, kwargs)
-        graph = lower(dynamic, *dyn_args, **dyn_kwargs)
+        mesh = self._options.mesh
+        # Under the mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces.
+        with jax.sharding.use_abstract_mesh(AbstractMesh(mesh.axis_shapes, mesh.axis_names)):
+            graph = lower(dynamic, *dyn_args, **dyn_kwargs)
         _check_shardings(self._options, graph)
+        in_specs = input_specs(self._options.in_shardings, dyn_args, dyn_kwargs)
+        out_specs = output_specs(self._options.out_shardings, graph.out_tree)
         donate = self._donated(dyn_args, len(args))
-        return Lowered(graph, self._options, donate)
+        return Lowered(graph, self._options, donate, in_specs, out_specs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         _, dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
@@ -209,11 +261,6 @@ def _name_parameters(dynamic: Any, fun: Callable[..., Any], positions: set, name
 
 
 def _check_supported(options: _Options) -> None:
-    if options.mesh.ipus > 1:
-        raise ConfigError(
-            f"{options.mesh} has {options.mesh.ipus} IPUs, but ipujax runs one IPU so far; "
-            "partitioning over several IPUs is being built. Use make_mesh((1,), ('ipu',))."
-        )
     if options.phases is not None:
         raise ConfigError(
             f"phases={options.phases!r}: phased execution is being built; use phases=None"

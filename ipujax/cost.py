@@ -7,10 +7,12 @@ per IPU and tile.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ipujax.mesh import Mesh
-from ipujax.report import CostReport, SuperstepCost, TileUsage
+from ipujax.report import CollectiveCost, CostReport, SuperstepCost, TileUsage
 from lowering import Graph
 from partitioner.memory import TileMemory, largest_on_tile
 from partitioner.program import Program
@@ -50,9 +52,27 @@ def build_report(program: Program, memory: TileMemory, mesh: Mesh, graph: Graph)
             exchange_cycles=s.exchange_cycles,
             sync_cycles=s.sync_cycles,
             sync_group=s.sync_group,
+            link_cycles=s.link_cycles,
+            kind=s.kind,
         )
         for s in program.supersteps
     )
+    collectives = tuple(
+        CollectiveCost(
+            kind=s.op,
+            axes=s.axes,
+            group_size=math.prod(mesh.shape[a] for a in s.axes),
+            bytes_per_ipu=s.link_bytes,
+            cycles=s.link_cycles + s.sync_cycles,
+            op=s.name,
+            source=str(s.loc),
+            why=f"{s.why}; over {s.route}",
+        )
+        for s in program.supersteps
+        if s.kind == "collective"
+    )
+    tiles = memory.total.reshape(1, -1).astype(np.int64)
+    always = memory.always_live.reshape(1, -1).astype(np.int64)
     return CostReport(
         target=target.name,
         system=mesh.system.name if mesh.ipus > 1 else "single IPU",
@@ -64,10 +84,12 @@ def build_report(program: Program, memory: TileMemory, mesh: Mesh, graph: Graph)
         flops=sum(s.flops for s in steps),
         peak_flops_per_cycle=target.amp_flops_per_cycle(_matmul_dtype(program)),
         exchange_bytes=sum(s.exchange_bytes for s in steps),
-        ipu_link_bytes=0,
+        ipu_link_bytes=sum(c.bytes_per_ipu for c in collectives) * mesh.ipus,
         streaming_bytes=0,
-        tile_memory=memory.total.reshape(1, -1).astype(np.int64),
-        always_live=memory.always_live.reshape(1, -1).astype(np.int64),
+        # Every IPU runs the same per-IPU program (SPMD), so every IPU's tiles hold the same.
+        tile_memory=np.repeat(tiles, mesh.ipus, axis=0),
+        always_live=np.repeat(always, mesh.ipus, axis=0),
         supersteps=steps,
+        collectives=collectives,
         top_tiles=_top_tiles(program, memory, graph),
     )

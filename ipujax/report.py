@@ -31,11 +31,13 @@ class SuperstepCost:
     compute_cycles: int
     exchange_cycles: int
     sync_cycles: int
-    sync_group: str = "ipu0"
+    sync_group: str = "ipu"
+    link_cycles: int = 0  # a collective's ring over IPU-Links (GlobalExchange)
+    kind: str = "compute"  # or "collective"
 
     @property
     def cycles(self) -> int:
-        return self.compute_cycles + self.exchange_cycles + self.sync_cycles
+        return self.compute_cycles + self.exchange_cycles + self.sync_cycles + self.link_cycles
 
 
 @dataclass(frozen=True, slots=True)

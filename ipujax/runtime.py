@@ -9,14 +9,18 @@ debugging. 64-bit types are on inside, because jax's own lowerings use u64 (see 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from lowering import Value
 from partitioner.layout import from_tiles, to_tiles
+from partitioner.partition import Partitioned
 from partitioner.program import Program, Task
+from partitioner.sharding import Sharding
 
 Array = Any
 
@@ -57,3 +61,95 @@ def run_step_by_step(program: Program, flat: Sequence[Array]) -> Iterator[tuple[
                 from_tiles(r, lay) for r, lay in zip(results, task.result_layouts, strict=True)
             )
             yield task, logical
+
+
+# ---- many IPUs: the per-IPU program vmapped over the mesh axes -------------------------------
+
+
+def _split_input(x: Array, sharding: Sharding, axis_names: Sequence[str], sizes: dict) -> Array:
+    """A global array as `[mesh axes it is split over..., *block]`, padded to divide."""
+    parts: list[int] = []
+    positions: dict[str, int] = {}
+    pads = []
+    for dim, axes in enumerate(sharding.dims):
+        groups = math.prod(sizes[a] for a in axes)
+        local = -(-x.shape[dim] // groups)
+        pads.append((0, local * groups - x.shape[dim]))
+        for a in axes:
+            positions[a] = len(parts)
+            parts.append(sizes[a])
+        parts.append(local)
+    if any(high for _, high in pads):
+        x = jnp.pad(x, pads)
+    x = jnp.reshape(x, parts)
+    leading = [positions[a] for a in axis_names if a in positions]
+    rest = [i for i in range(len(parts)) if i not in leading]
+    return jnp.transpose(x, leading + rest)
+
+
+def _join_output(
+    x: Array, sharding: Sharding, shape: tuple[int, ...], axis_names: Sequence[str]
+) -> Array:
+    """The global array from `[every mesh axis..., *block]` outputs."""
+    used = {a for d in sharding.dims for a in d}
+    index = tuple(slice(None) if a in used else 0 for a in axis_names)
+    x = x[index]
+    kept = [a for a in axis_names if a in used]
+    rank = len(sharding.dims)
+    order: list[int] = []
+    for dim, axes in enumerate(sharding.dims):
+        order += [kept.index(a) for a in axes]
+        order.append(len(kept) + dim)
+    x = jnp.transpose(x, order)
+    merged = [
+        math.prod(x.shape[i] for i in range(len(order)) if order[i] in group)
+        for group in _groups(sharding, kept, rank)
+    ]
+    x = jnp.reshape(x, merged)
+    return x[tuple(slice(0, n) for n in shape)]
+
+
+def _groups(sharding: Sharding, kept: list[str], rank: int) -> list[set[int]]:
+    return [
+        {kept.index(a) for a in axes} | {len(kept) + dim} for dim, axes in enumerate(sharding.dims)
+    ]
+
+
+def compile_partitioned(
+    program: Program,
+    partitioned: Partitioned,
+    axis_names: Sequence[str],
+    sizes: dict,
+    donate: Sequence[int] = (),
+) -> Callable[..., tuple]:
+    """The per-IPU program run on every IPU of the mesh at once, as one jitted function: one
+    `jax.vmap` per mesh axis, named so that collectives are `jax.lax` collectives over it."""
+    in_shardings = partitioned.input_shardings
+    out_shardings = partitioned.output_shardings
+    global_outputs = partitioned.global_graph.outputs
+
+    def per_ipu(*flat: Array) -> tuple[Array, ...]:
+        return _run_tasks(program, flat)
+
+    run = per_ipu
+    for axis in reversed(axis_names):
+        in_axes = tuple(0 if axis in s.axes else None for s in in_shardings)
+        run = jax.vmap(run, in_axes=in_axes, axis_name=axis)
+
+    def everything(*flat: Array) -> tuple[Array, ...]:
+        shards = [
+            _split_input(x, s, axis_names, sizes) for x, s in zip(flat, in_shardings, strict=True)
+        ]
+        outputs = run(*shards)
+        return tuple(
+            _join_output(y, s, v.shape, axis_names)
+            for y, s, v in zip(outputs, out_shardings, global_outputs, strict=True)
+        )
+
+    jitted = jax.jit(everything, donate_argnums=tuple(donate))
+
+    def call(*flat: Array) -> tuple[Array, ...]:
+        with jax.enable_x64(True):
+            return jitted(*flat)
+
+    return call

@@ -123,7 +123,18 @@ def _select_and_scatter_cost_rule(
     return _traffic(operands, results, flops=source * (math.prod(window_dimensions) + 1))
 
 
+def _summing_collective_cost_rule(operands: Values, results: Values, **attrs: Any) -> OpCost:
+    # The adds a reducing collective does on each IPU; its link traffic is the partitioner's.
+    return _traffic(operands, results, flops=operands[0].size)
+
+
 COST_RULES: dict[str, CostRule] = {
+    "all_reduce": _summing_collective_cost_rule,
+    "reduce_scatter": _summing_collective_cost_rule,
+    "all_gather": _movement_cost_rule,
+    "all_to_all": _movement_cost_rule,
+    "shard_slice": _movement_cost_rule,
+    "shard_mask": _elementwise_cost_rule,
     **{name: _elementwise_cost_rule for name in ELEMENTWISE},
     **{name: _transcendental_cost_rule for name in TRANSCENDENTAL},
     **{name: _movement_cost_rule for name in DATA_MOVEMENT | SOURCES},

@@ -445,7 +445,66 @@ def _sharding_constraint_eval_rule(x: Array, **sharding: Any) -> tuple[Array, ..
     return (x,)
 
 
+# ---- over the IPUs of mesh axes (named axes of the runtime's vmap) ----------------------------
+
+
+def _all_reduce_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, **why: Any
+) -> tuple[Array, ...]:
+    return (lax.psum(x, axes),)
+
+
+def _all_gather_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, **why: Any
+) -> tuple[Array, ...]:
+    return (lax.all_gather(x, axes, axis=dimension, tiled=True),)
+
+
+def _reduce_scatter_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, **why: Any
+) -> tuple[Array, ...]:
+    return (lax.psum_scatter(x, axes, scatter_dimension=dimension, tiled=True),)
+
+
+def _all_to_all_eval_rule(
+    x: Array,
+    *,
+    axes: tuple[str, ...],
+    group_size: int,
+    split_dimension: int,
+    concat_dimension: int,
+    **why: Any,
+) -> tuple[Array, ...]:
+    return (lax.all_to_all(x, axes, split_dimension, concat_dimension, tiled=True),)
+
+
+def _shard_slice_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, **why: Any
+) -> tuple[Array, ...]:
+    size = x.shape[dimension] // group_size
+    start = lax.mul(lax.axis_index(axes), np.int32(size))
+    return (lax.dynamic_slice_in_dim(x, start, size, dimension),)
+
+
+def _shard_mask_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, size: int, fill: Any
+) -> tuple[Array, ...]:
+    """Sets the padding of an unevenly sharded dimension (positions at or past the global
+    `size`) to `fill`, the identity of the reduction about to read it."""
+    local = x.shape[dimension]
+    start = lax.mul(lax.axis_index(axes), np.int32(local))
+    position = lax.add(lax.broadcasted_iota(np.int32, x.shape, dimension), start)
+    valid = lax.lt(position, lax.full_like(position, size))
+    return (lax.select(valid, x, lax.full_like(x, fill)),)
+
+
 EVAL_RULES: dict[str, EvalRule] = {
+    "all_reduce": _all_reduce_eval_rule,
+    "all_gather": _all_gather_eval_rule,
+    "reduce_scatter": _reduce_scatter_eval_rule,
+    "all_to_all": _all_to_all_eval_rule,
+    "shard_slice": _shard_slice_eval_rule,
+    "shard_mask": _shard_mask_eval_rule,
     **{name: _one(fn) for name, fn in _LAX_ELEMENTWISE.items()},
     "round_nearest_afz": _round_nearest_afz_eval_rule,
     "round_nearest_even": _round_nearest_even_eval_rule,

@@ -19,7 +19,7 @@ from lowering import regions as region_rules
 from lowering.dtypes import numpy_dtype
 from lowering.errors import UnsupportedFeatureError
 from lowering.ir import Graph
-from lowering.vocabulary import BINARY, UNARY, UNARY_TYPED
+from lowering.vocabulary import BINARY, COLLECTIVES, SHARD_OPS, UNARY, UNARY_TYPED
 
 Attrs = dict[str, Any]
 ImportRule = Callable[[ir.Operation, tuple[Graph, ...]], Attrs]
@@ -330,7 +330,14 @@ def _mesh_axes(op: ir.Operation, mesh_or_ref: ir.Attribute) -> tuple[tuple[str, 
     return tuple((sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in mesh.axes)
 
 
+def _over_ipus_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
+    raise UnsupportedFeatureError(
+        "collectives written in the program itself (shard_map); give ipujax.jit shardings instead"
+    )
+
+
 IMPORT_RULES: dict[str, ImportRule] = {
+    **{name: _over_ipus_import_rule for name in COLLECTIVES | SHARD_OPS},
     **{name: _no_attrs_import_rule for name in (UNARY | BINARY | UNARY_TYPED)},
     "reduce_precision": _reduce_precision_import_rule,
     "convert": _convert_import_rule,

@@ -175,7 +175,37 @@ _ABSTRACT = (
     "dot_general", "convolution",
 )  # fmt: skip
 
+
+def _resized(x: Aval, dimension: int, size: int) -> tuple[Aval, ...]:
+    shape = list(x.shape)
+    shape[dimension] = size
+    return (Aval(tuple(shape), x.dtype),)
+
+
+def _all_gather_shape_rule(x: Aval, *, dimension: int, group_size: int, **attrs: Any) -> Any:
+    return _resized(x, dimension, x.shape[dimension] * group_size)
+
+
+def _split_shape_rule(x: Aval, *, dimension: int, group_size: int, **attrs: Any) -> Any:
+    return _resized(x, dimension, x.shape[dimension] // group_size)
+
+
+def _all_to_all_shape_rule(
+    x: Aval, *, split_dimension: int, concat_dimension: int, group_size: int, **attrs: Any
+) -> tuple[Aval, ...]:
+    shape = list(x.shape)
+    shape[split_dimension] //= group_size
+    shape[concat_dimension] *= group_size
+    return (Aval(tuple(shape), x.dtype),)
+
+
 SHAPE_RULES: dict[str, ShapeRule] = {
+    "all_reduce": _same_as_first_shape_rule,
+    "all_gather": _all_gather_shape_rule,
+    "reduce_scatter": _split_shape_rule,
+    "all_to_all": _all_to_all_shape_rule,
+    "shard_slice": _split_shape_rule,
+    "shard_mask": _same_as_first_shape_rule,
     **{name: _same_as_first_shape_rule for name in UNARY | BINARY},
     **{name: _predicate_shape_rule for name in ("is_finite", "is_inf", "is_neg_inf", "is_pos_inf")},
     **{name: _abstract_shape_rule(name) for name in _ABSTRACT},

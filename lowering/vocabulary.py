@@ -60,10 +60,22 @@ STRUCTURED = frozenset(
 # Control flow and annotations.
 CONTROL = frozenset({"while", "case", "optimization_barrier", "sharding_constraint"})
 
+# Ops over the IPUs of a mesh axis, which the partitioner inserts into the per-IPU program:
+# the collectives, and taking or masking this IPU's shard of a dimension.
+COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
+SHARD_OPS = frozenset({"shard_slice", "shard_mask"})
+
 ELEMENTWISE = UNARY | UNARY_TYPED | BINARY | ELEMENTWISE_OTHER
 
 VOCABULARY: frozenset[str] = (
-    ELEMENTWISE | SOURCES | DATA_MOVEMENT | CONTRACTIONS | STRUCTURED | CONTROL
+    ELEMENTWISE
+    | SOURCES
+    | DATA_MOVEMENT
+    | CONTRACTIONS
+    | STRUCTURED
+    | CONTROL
+    | COLLECTIVES
+    | SHARD_OPS
 )
 
 # Transcendental ops: costed at the IPU's slower special-function rate, not one FLOP per element.

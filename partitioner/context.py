@@ -10,6 +10,7 @@ import numpy as np
 
 from lowering import Value
 from partitioner.layout import Layout, linear_layout
+from partitioner.links import LinkModel
 from partitioner.target import Target
 
 
@@ -17,6 +18,7 @@ from partitioner.target import Target
 class MappingContext:
     target: Target
     constants: dict[Value, np.ndarray] = field(default_factory=dict)
+    links: LinkModel | None = None
     _next_start: int = 0
 
     def linear(self, value: Value) -> Layout:

@@ -104,7 +104,8 @@ def linear_layout(
     grain = max(1, grain_bytes // itemsize)
     per_tile_min = max(grain, -(-min_bytes // itemsize))
     used = max(1, min(tiles, elements // per_tile_min))
-    per_tile = -(-(-(-elements // used)) // grain) * grain  # an equal share, in whole grains
+    share = -(-elements // used)
+    per_tile = -(-share // grain) * grain  # an equal share, in whole grains
     used = -(-elements // per_tile)
     start = start if start + used <= tiles else 0
     return Layout(shape, (elements,), (used,), start, (per_tile,))

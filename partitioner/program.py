@@ -33,11 +33,18 @@ class Superstep:
     compute_cycles: int
     exchange_cycles: int
     sync_cycles: int
-    sync_group: str = "ipu0"
+    sync_group: str = "ipu"
+    # A collective over IPU-Links: bytes each IPU sends, the ring's cycles, route and reason.
+    link_bytes: int = 0
+    link_cycles: int = 0
+    kind: str = "compute"
+    axes: tuple[str, ...] = ()
+    route: str = ""
+    why: str = ""
 
     @property
     def cycles(self) -> int:
-        return self.compute_cycles + self.exchange_cycles + self.sync_cycles
+        return self.compute_cycles + self.exchange_cycles + self.sync_cycles + self.link_cycles
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from lowering import Graph, Op, Value, free_values
 from partitioner.context import MappingContext
+from partitioner.links import LinkModel
 from partitioner.program import Program, Task
 from partitioner.target import Target
 from partitioner.tile_rules import TILE_RULES
@@ -25,9 +26,10 @@ def _reads(op: Op) -> tuple[Value, ...]:
     return op.operands + tuple(captured)
 
 
-def schedule(graph: Graph, target: Target) -> Program:
-    """Maps every value of `graph` onto the tiles of one IPU and orders its supersteps."""
-    ctx = MappingContext(target)
+def schedule(graph: Graph, target: Target, links: LinkModel | None = None) -> Program:
+    """Maps every value of `graph` onto the tiles of one IPU and orders its supersteps; with a
+    link model, collectives are costed over IPU-Links."""
+    ctx = MappingContext(target, links=links)
     layouts = {value: ctx.linear(value) for value in graph.inputs}
     tasks: list[Task] = []
     for op in graph.ops:

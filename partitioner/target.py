@@ -50,6 +50,20 @@ class Target:
     # compute set or exchange it takes part in, 64 bytes of control code and vertex state.
     fixed_code_bytes: int = 16 * 1024
     code_bytes_per_step: int = 64
+    # IPU-Links, as Poplar's own multi-IPU model assumes: 128 x 2^30 bit/s each way per link,
+    # 0.85 of it usable (C). A collective runs as a bidirectional ring (GCL's "bidirectional
+    # pair", V), so each IPU sends over two links at once (our assumption of the ring shape).
+    ipu_link_bytes_per_second: float = 128 * 2**30 / 8
+    ipu_link_efficiency: float = 0.85
+    ring_links: int = 2
+    # Each ring step waits for the previous one's data: the IPU -> IPU latency of Graphcore's
+    # pipeline cost model (C: 3,000 cycles).
+    ipu_link_latency_cycles: int = 3000
+    # Beyond a Pod64, rings cross Gateway-Links: 2 x 100 Gb/s per 4-IPU machine (V), so
+    # 6.25 GB/s per IPU.
+    gateway_bytes_per_second_per_ipu: float = 2 * 100e9 / 8 / 4
+    # Global sync: 15 ns per hop, there and back, hops = 1 + N/4 for N IPUs (C).
+    global_sync_hop_seconds: float = 15e-9
 
     def __post_init__(self) -> None:
         if self.tiles_per_ipu < 1 or self.bytes_per_tile < 1 or self.clock_hz <= 0:
@@ -116,6 +130,21 @@ class Target:
             return 0
         transfer = math.ceil(busiest_tile_bytes / self.exchange_bytes_per_cycle)
         return transfer + self.exchange_overhead_cycles
+
+    def global_sync_cycles(self, ipus: int) -> int:
+        """Sync across `ipus` IPUs: 2 x 15 ns x (1 + ipus // 4) hops, in tile cycles."""
+        return math.ceil(2 * self.global_sync_hop_seconds * (1 + ipus // 4) * self.clock_hz)
+
+    def link_cycles(self, bytes_per_ipu: float, steps: int, over_gateway: bool) -> int:
+        """A ring collective: each IPU's bytes at its ring bandwidth, plus each step's latency."""
+        if bytes_per_ipu <= 0:
+            return 0
+        if over_gateway:
+            rate = self.gateway_bytes_per_second_per_ipu
+        else:
+            rate = self.ring_links * self.ipu_link_bytes_per_second * self.ipu_link_efficiency
+        transfer = math.ceil(bytes_per_ipu * self.clock_hz / rate)
+        return transfer + steps * self.ipu_link_latency_cycles
 
     @property
     def matmul_memory_budget(self) -> int:

@@ -28,7 +28,7 @@ import numpy as np
 from jax import lax
 
 from lowering import VOCABULARY, Op, Value, apply_rule, op_cost, walk
-from lowering.vocabulary import CONTRACTIONS, ELEMENTWISE
+from lowering.vocabulary import COLLECTIVES, CONTRACTIONS, ELEMENTWISE
 from partitioner.context import MappingContext
 from partitioner.layout import Layout, free_move, from_tiles, relayout, tile_bytes, to_tiles
 from partitioner.matmul_plan import plan_matmul
@@ -491,7 +491,42 @@ def _whole_tensor_steps(op: Op, outs: tuple[Layout, ...], ctx: MappingContext) -
     return (step,)
 
 
+# ---- collectives over IPU-Links -------------------------------------------------------------
+
+
+def _collective_buffer(op: Op) -> int:
+    """The buffer the ring closed form is stated for (see partitioner.links.ring_bytes)."""
+    if op.name == "all_gather":
+        return op.results[0].nbytes
+    return op.operands[0].nbytes
+
+
+def _collective_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    task = _whole_tensor_tile_rule(op, inputs, layouts, ctx)
+    if ctx.links is None:
+        raise ValueError(f"{op.name} needs a mesh of IPUs to run on")
+    axes = tuple(op.attrs["axes"])
+    cost = ctx.links.cost(op.name, axes, _collective_buffer(op))
+    (on_chip,) = task.supersteps
+    step = dataclasses.replace(
+        on_chip,
+        name=f"{op.name}({','.join(axes)})",
+        sync_cycles=cost.sync_cycles,
+        sync_group="+".join(axes),
+        link_bytes=cost.bytes_per_ipu,
+        link_cycles=cost.link_cycles,
+        kind="collective",
+        axes=axes,
+        route=cost.route,
+        why=str(op.attrs.get("why", "")),
+    )
+    return dataclasses.replace(task, supersteps=(step,))
+
+
 _SPECIAL: dict[str, TileRule] = {
+    **{name: _collective_tile_rule for name in COLLECTIVES},
     "dot_general": _dot_general_tile_rule,
     "reduce": _reduce_tile_rule,
     "reshape": _reshape_tile_rule,

@@ -1,0 +1,307 @@
+"""Factor rules: how each op's tensor dimensions correspond, einsum style, for propagation.
+
+As in Shardy, an op's dimensions are grouped into factors: `(i,k),(k,j)->(i,j)` has factors
+i, j and k, and k is a reduction factor. Sharding a factor over mesh axes shards every dimension
+mapped to it; sharding a reduction factor leaves the results as partial sums over those axes. A
+dimension mapped to no factor (None) must be whole on every IPU for this op: the partitioner
+gathers it first. One rule per op of the vocabulary; ops without a rule of their own use
+`_replicated_factor_rule`, which asks for everything whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lowering import VOCABULARY, Op
+from lowering.vocabulary import ELEMENTWISE
+
+Dims = tuple[int | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    operands: tuple[Dims, ...]
+    results: tuple[Dims, ...]
+    sizes: tuple[int, ...]
+    reduction: frozenset[int] = field(default_factory=frozenset)
+    rule: str = ""
+
+
+FactorRule = Callable[[Op], Factors]
+
+
+def _replicated_factor_rule(op: Op) -> Factors:
+    """Everything whole: for ops whose dimensions do not split independently."""
+    return Factors(
+        tuple((None,) * len(v.shape) for v in op.operands),
+        tuple((None,) * len(v.shape) for v in op.results),
+        (),
+        rule="replicated",
+    )
+
+
+def _elementwise_factor_rule(op: Op) -> Factors:
+    shape = op.results[0].shape
+    if any(v.shape not in (shape, ()) for v in op.operands):  # bitcasts that change the width
+        return _replicated_factor_rule(op)
+    same = tuple(range(len(shape)))
+    operands = tuple(same if v.shape == shape else () for v in op.operands)
+    return Factors(operands, (same,) * len(op.results), shape, rule="elementwise")
+
+
+def _identity_factor_rule(op: Op) -> Factors:
+    """Result i is operand i (barriers, annotations): each pair shares its factors."""
+    factors: list[Dims] = []
+    sizes: list[int] = []
+    for value in op.operands:
+        factors.append(tuple(range(len(sizes), len(sizes) + len(value.shape))))
+        sizes.extend(value.shape)
+    return Factors(tuple(factors), tuple(factors), tuple(sizes), rule="identity")
+
+
+def _dot_general_factor_rule(op: Op) -> Factors:
+    (lc, rc), (lb, rb) = op.attrs["dimension_numbers"]
+    lhs, rhs = op.operands
+    lhs_free = [d for d in range(len(lhs.shape)) if d not in lc and d not in lb]
+    rhs_free = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
+    sizes = [lhs.shape[d] for d in lb] + [lhs.shape[d] for d in lhs_free]
+    sizes += [rhs.shape[d] for d in rhs_free] + [lhs.shape[d] for d in lc]
+    left: list[int | None] = [None] * len(lhs.shape)
+    right: list[int | None] = [None] * len(rhs.shape)
+    for f, (l_dim, r_dim) in enumerate(zip(lb, rb, strict=True)):
+        left[l_dim], right[r_dim] = f, f
+    first_free = len(lb)
+    for i, d in enumerate(lhs_free):
+        left[d] = first_free + i
+    first_rhs = first_free + len(lhs_free)
+    for i, d in enumerate(rhs_free):
+        right[d] = first_rhs + i
+    first_k = first_rhs + len(rhs_free)
+    for i, (l_dim, r_dim) in enumerate(zip(lc, rc, strict=True)):
+        left[l_dim], right[r_dim] = first_k + i, first_k + i
+    result = tuple(range(first_k))
+    reduction = frozenset(range(first_k, first_k + len(lc)))
+    return Factors((tuple(left), tuple(right)), (result,), tuple(sizes), reduction, "dot_general")
+
+
+def _sums(op: Op) -> bool:
+    """Whether a reduce's region is a plain sum of its two inputs."""
+    (region,) = op.regions
+    return (
+        len(region.ops) == 1
+        and region.ops[0].name == "add"
+        and set(region.ops[0].operands) == set(region.inputs)
+    )
+
+
+def _reduce_factor_rule(op: Op) -> Factors:
+    x = op.operands[0]
+    dims = op.attrs["dimensions"]
+    kept = [d for d in range(len(x.shape)) if d not in dims]
+    # A sum can be split across IPUs and finished by an AllReduce; other reductions (max,
+    # argmax) are gathered whole first.
+    splittable = len(op.operands) == 2 and _sums(op)
+    operand = tuple(d if d in kept or splittable else None for d in range(len(x.shape)))
+    half = len(op.operands) // 2
+    operands = (operand,) * half + ((),) * half
+    results = (tuple(kept),) * len(op.results)
+    reduction = frozenset(dims) if splittable else frozenset()
+    return Factors(operands, results, x.shape, reduction, "reduce")
+
+
+def _transpose_factor_rule(op: Op) -> Factors:
+    perm = op.attrs["permutation"]
+    x = op.operands[0]
+    return Factors((tuple(range(len(x.shape))),), (tuple(perm),), x.shape, rule="transpose")
+
+
+def _broadcast_in_dim_factor_rule(op: Op) -> Factors:
+    x, out = op.operands[0], op.results[0]
+    mapped = op.attrs["broadcast_dimensions"]
+    operand = tuple(m if x.shape[i] == out.shape[m] else None for i, m in enumerate(mapped))
+    return Factors((operand,), (tuple(range(len(out.shape))),), out.shape, rule="broadcast")
+
+
+def _reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+    """Splits two shapes of equal size into runs of dims with equal products."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) or j < len(b):
+        left, right = [i] if i < len(a) else [], [j] if j < len(b) else []
+        pa = a[i] if i < len(a) else 1
+        pb = b[j] if j < len(b) else 1
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb and i < len(a):
+                left.append(i)
+                pa *= a[i]
+                i += 1
+            elif j < len(b):
+                right.append(j)
+                pb *= b[j]
+                j += 1
+            else:
+                break
+        groups.append((left, right))
+    return groups
+
+
+def _reshape_factor_rule(op: Op) -> Factors:
+    """Dims of equal size correspond; a dim that splits into several (or several that merge)
+    corresponds to the major one of them, the only one whose split keeps rows contiguous."""
+    a, b = op.operands[0].shape, op.results[0].shape
+    left: list[int | None] = [None] * len(a)
+    right: list[int | None] = [None] * len(b)
+    sizes: list[int] = []
+    for lhs, rhs in _reshape_groups(a, b):
+        if (len(lhs) == 1 or len(rhs) == 1) and lhs and rhs and a[lhs[0]] > 1 and b[rhs[0]] > 1:
+            f = len(sizes)
+            sizes.append(min(a[lhs[0]], b[rhs[0]]))
+            left[lhs[0]], right[rhs[0]] = f, f
+    return Factors((tuple(left),), (tuple(right),), tuple(sizes), rule="reshape")
+
+
+def _whole_dims_rule(op: Op, untouched: list[bool], name: str) -> Factors:
+    """Ops that keep some dims whole (slices, pads, concatenations): those correspond."""
+    shape = op.results[0].shape
+    dims = tuple(d if untouched[d] else None for d in range(len(shape)))
+    operands = tuple(
+        dims if len(v.shape) == len(shape) else (None,) * len(v.shape) for v in op.operands
+    )
+    return Factors(operands, (dims,), shape, rule=name)
+
+
+def _slice_factor_rule(op: Op) -> Factors:
+    x = op.operands[0]
+    whole = [
+        s == 0 and lim == n and st == 1
+        for s, lim, st, n in zip(
+            op.attrs["start_indices"],
+            op.attrs["limit_indices"],
+            op.attrs["strides"],
+            x.shape,
+            strict=True,
+        )
+    ]
+    return _whole_dims_rule(op, whole, "slice")
+
+
+def _pad_factor_rule(op: Op) -> Factors:
+    return _whole_dims_rule(op, [c == (0, 0, 0) for c in op.attrs["padding_config"]], "pad")
+
+
+def _reverse_factor_rule(op: Op) -> Factors:
+    dims = op.attrs["dimensions"]
+    return _whole_dims_rule(op, [d not in dims for d in range(len(op.results[0].shape))], "rev")
+
+
+def _concatenate_factor_rule(op: Op) -> Factors:
+    axis = op.attrs["dimension"]
+    return _whole_dims_rule(op, [d != axis for d in range(len(op.results[0].shape))], "concat")
+
+
+def _dynamic_slice_factor_rule(op: Op) -> Factors:
+    x = op.operands[0]
+    whole = [s == n for s, n in zip(op.attrs["slice_sizes"], x.shape, strict=True)]
+    return _whole_dims_rule(op, whole, "dynamic_slice")
+
+
+def _dynamic_update_slice_factor_rule(op: Op) -> Factors:
+    x, update = op.operands[:2]
+    return _whole_dims_rule(
+        op, [u == n for u, n in zip(update.shape, x.shape, strict=True)], "dynamic_update_slice"
+    )
+
+
+def _iota_factor_rule(op: Op) -> Factors:
+    shape = op.results[0].shape
+    dims = tuple(None if d == op.attrs["dimension"] else d for d in range(len(shape)))
+    return Factors((), (dims,), shape, rule="iota")
+
+
+def _sort_factor_rule(op: Op) -> Factors:
+    axis = op.attrs["dimension"] % len(op.operands[0].shape)
+    untouched = [d != axis for d in range(len(op.operands[0].shape))]
+    shape = op.operands[0].shape
+    dims = tuple(d if untouched[d] else None for d in range(len(shape)))
+    return Factors((dims,) * len(op.operands), (dims,) * len(op.results), shape, rule="sort")
+
+
+def _top_k_factor_rule(op: Op) -> Factors:
+    shape = op.operands[0].shape
+    dims = (*range(len(shape) - 1), None)
+    return Factors((dims,), (dims, dims), shape, rule="top_k")
+
+
+def _gather_factor_rule(op: Op) -> Factors:
+    """Index batch dims correspond to the result's batch dims; operand dims taken whole (the
+    embedding width of a table lookup) correspond to the result's offset dims."""
+    a = op.attrs
+    operand, indices = op.operands
+    out = op.results[0]
+    if a["operand_batching_dims"]:
+        return _replicated_factor_rule(op)
+    batch_out = [d for d in range(len(out.shape)) if d not in a["offset_dims"]]
+    batch_in = [d for d in range(len(indices.shape)) if d != a["index_vector_dim"]]
+    window = [d for d in range(len(operand.shape)) if d not in a["collapsed_slice_dims"]]
+    result: list[int | None] = list(range(len(out.shape)))
+    idx: list[int | None] = [None] * len(indices.shape)
+    for i, o in zip(batch_in, batch_out, strict=True):
+        idx[i] = o
+    opnd: list[int | None] = [None] * len(operand.shape)
+    for w, o in zip(window, a["offset_dims"], strict=True):
+        whole = a["slice_sizes"][w] == operand.shape[w] and w not in a["start_index_map"]
+        if whole:
+            opnd[w] = o
+        else:
+            result[o] = None
+    return Factors((tuple(opnd), tuple(idx)), (tuple(result),), out.shape, rule="gather")
+
+
+def _reduce_window_factor_rule(op: Op) -> Factors:
+    a = op.attrs
+    half = len(op.operands) // 2
+    plain = [
+        w == 1 and s == 1 and p == (0, 0) and b == 1 and d == 1
+        for w, s, p, b, d in zip(
+            a["window_dimensions"],
+            a["window_strides"],
+            a["padding"],
+            a["base_dilation"],
+            a["window_dilation"],
+            strict=True,
+        )
+    ]
+    shape = op.operands[0].shape
+    dims = tuple(d if plain[d] else None for d in range(len(shape)))
+    return Factors((dims,) * half + ((),) * half, (dims,) * half, shape, rule="reduce_window")
+
+
+_RULES: dict[str, FactorRule] = {
+    "dot_general": _dot_general_factor_rule,
+    "reduce": _reduce_factor_rule,
+    "transpose": _transpose_factor_rule,
+    "broadcast_in_dim": _broadcast_in_dim_factor_rule,
+    "reshape": _reshape_factor_rule,
+    "slice": _slice_factor_rule,
+    "pad": _pad_factor_rule,
+    "reverse": _reverse_factor_rule,
+    "concatenate": _concatenate_factor_rule,
+    "dynamic_slice": _dynamic_slice_factor_rule,
+    "dynamic_update_slice": _dynamic_update_slice_factor_rule,
+    "iota": _iota_factor_rule,
+    "sort": _sort_factor_rule,
+    "top_k": _top_k_factor_rule,
+    "gather": _gather_factor_rule,
+    "reduce_window": _reduce_window_factor_rule,
+    "sharding_constraint": _identity_factor_rule,
+    "optimization_barrier": _identity_factor_rule,
+}
+
+FACTOR_RULES: dict[str, FactorRule] = {
+    name: _RULES.get(
+        name, _elementwise_factor_rule if name in ELEMENTWISE else _replicated_factor_rule
+    )
+    for name in sorted(VOCABULARY)
+}

@@ -1,0 +1,372 @@
+"""Partitioning: the global Graph becomes the program each IPU runs (SPMD), with collectives.
+
+Given every value's sharding (`propagation`), each op is rewritten for per-IPU shapes. Its
+operands are first resharded to what its factors need, which is where communication appears:
+- a partial sum that a consumer needs whole: AllReduce, or ReduceScatter when the consumer wants
+  that dimension split over the same axes;
+- a dimension split over more axes than needed: AllGather over the extra (minor) axes;
+- a dimension split over fewer axes than wanted: each IPU takes its own slice (no traffic).
+A reduction over a dimension padded to divide by its axes first masks the padding to zero. An op
+whose per-IPU form would be wrong (an uneven reshape, say) runs whole, on gathered operands.
+Every collective records the op that needed it and why.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lowering import Graph, Op, SourceLoc, Value, free_values, infer_types, walk
+from partitioner.factor_rules import FACTOR_RULES, Factors
+from partitioner.propagation import Propagated
+from partitioner.sharding import Axes, Sharding
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Partitioned:
+    """The per-IPU program and the shardings of its inputs and outputs."""
+
+    graph: Graph
+    input_shardings: tuple[Sharding, ...]
+    output_shardings: tuple[Sharding, ...]
+    global_graph: Graph
+    propagated: Propagated
+
+
+def _max_id(graph: Graph) -> int:
+    ids = [v.id for v in graph.inputs]
+    for op in walk(graph):
+        ids.extend(v.id for v in op.results)
+    for op in walk(graph):
+        for region in op.regions:
+            ids.extend(v.id for v in region.inputs)
+    return max(ids, default=0)
+
+
+class _Builder:
+    """Emits the per-IPU ops, one global op at a time."""
+
+    def __init__(self, mesh: Mapping[str, int], first_id: int) -> None:
+        self.mesh = mesh
+        self.ids = itertools.count(first_id)
+        self.ops: list[Op] = []
+
+    def value(self, shape: tuple[int, ...], dtype: np.dtype) -> Value:
+        return Value(next(self.ids), tuple(shape), np.dtype(dtype))
+
+    def emit(
+        self,
+        name: str,
+        operands: Sequence[Value],
+        attrs: Mapping[str, Any],
+        loc: SourceLoc,
+        regions: tuple[Graph, ...] = (),
+    ) -> tuple[Value, ...]:
+        probe = Op(name, tuple(operands), (), attrs, regions, loc)
+        results = tuple(self.value(a.shape, a.dtype) for a in infer_types(probe))
+        self.ops.append(Op(name, tuple(operands), results, attrs, regions, loc))
+        return results
+
+    def group(self, axes: Axes) -> int:
+        return math.prod(self.mesh[a] for a in axes)
+
+    # ---- resharding ------------------------------------------------------------------------
+
+    def collective(
+        self, kind: str, x: Value, axes: Axes, loc: SourceLoc, why: str, **attrs: Any
+    ) -> Value:
+        full = {"axes": axes, "group_size": self.group(axes), **attrs, "why": why}
+        return self.emit(kind, [x], full, loc)[0]
+
+    def shard_slice(self, x: Value, dim: int, axes: Axes, loc: SourceLoc) -> Value:
+        groups = self.group(axes)
+        size = x.shape[dim]
+        padded = -(-size // groups) * groups
+        if padded != size:
+            x = self.pad(x, dim, padded - size, loc)
+        attrs = {"axes": axes, "group_size": groups, "dimension": dim}
+        return self.emit("shard_slice", [x], attrs, loc)[0]
+
+    def pad(self, x: Value, dim: int, extra: int, loc: SourceLoc) -> Value:
+        zero = self.emit("constant", [], {"value": np.zeros((), x.dtype)}, loc)[0]
+        config = tuple((0, extra if d == dim else 0, 0) for d in range(len(x.shape)))
+        return self.emit("pad", [x, zero], {"padding_config": config}, loc)[0]
+
+    def unpad(self, x: Value, dim: int, size: int, loc: SourceLoc) -> Value:
+        if x.shape[dim] == size:
+            return x
+        limits = tuple(size if d == dim else n for d, n in enumerate(x.shape))
+        attrs = {
+            "start_indices": (0,) * len(x.shape),
+            "limit_indices": limits,
+            "strides": (1,) * len(x.shape),
+        }
+        return self.emit("slice", [x], attrs, loc)[0]
+
+    def reshard(
+        self,
+        x: Value,
+        cur: Sharding,
+        req: Sharding,
+        shape: tuple[int, ...],
+        loc: SourceLoc,
+        why: str,
+    ) -> Value:
+        """`x` (this IPU's block of a tensor of global `shape` sharded as `cur`) as `req`."""
+        if cur.partial:
+            x, cur = self.finish_partial(x, cur, req, shape, loc, why)
+        for dim, (have, want) in enumerate(zip(cur.dims, req.dims, strict=True)):
+            if have != want:
+                x = self._reshard_dim(x, dim, have, want, shape[dim], loc, why)
+        return x
+
+    def finish_partial(
+        self,
+        x: Value,
+        cur: Sharding,
+        req: Sharding,
+        shape: tuple[int, ...],
+        loc: SourceLoc,
+        why: str,
+    ) -> tuple[Value, Sharding]:
+        pending = cur.partial
+        dims = list(cur.dims)
+        for dim, (have, want) in enumerate(zip(cur.dims, req.dims, strict=True)):
+            even = shape[dim] % self.group(have + pending) == 0
+            if want == have + pending and even:
+                x = self.collective("reduce_scatter", x, pending, loc, why, dimension=dim)
+                dims[dim] = have + pending
+                return x, Sharding(tuple(dims))
+        x = self.collective("all_reduce", x, pending, loc, why)
+        return x, Sharding(tuple(dims))
+
+    def _reshard_dim(
+        self, x: Value, dim: int, have: Axes, want: Axes, size: int, loc: SourceLoc, why: str
+    ) -> Value:
+        even = size % self.group(have) == 0 and size % self.group(want) == 0
+        if even and want[: len(have)] == have:
+            return self.shard_slice(x, dim, want[len(have) :], loc)
+        if even and have[: len(want)] == want:
+            extra = have[len(want) :]
+            return self.collective("all_gather", x, extra, loc, why, dimension=dim)
+        if have:  # gather whole, drop the padding, then take the wanted slice
+            x = self.collective("all_gather", x, have, loc, why, dimension=dim)
+            x = self.unpad(x, dim, size, loc)
+        return self.shard_slice(x, dim, want, loc) if want else x
+
+    def mask(self, x: Value, dim: int, axes: Axes, size: int, loc: SourceLoc) -> Value:
+        attrs = {
+            "axes": axes,
+            "group_size": self.group(axes),
+            "dimension": dim,
+            "size": size,
+            "fill": np.zeros((), x.dtype),
+        }
+        return self.emit("shard_mask", [x], attrs, loc)[0]
+
+
+# ---- per-op rewriting --------------------------------------------------------------------
+
+
+def _project(dims: tuple[int | None, ...], axes: tuple[Axes, ...]) -> Sharding:
+    return Sharding(tuple(() if f is None else axes[f] for f in dims))
+
+
+def _localized_attrs(op: Op, local_results: Sequence[tuple[int, ...]], operands: Sequence[Value]):
+    """Attributes that spell out shapes, rewritten for per-IPU shapes."""
+    attrs = dict(op.attrs)
+    if op.name in ("broadcast_in_dim", "iota"):
+        attrs["shape"] = tuple(local_results[0])
+    elif op.name == "reshape":
+        attrs["new_sizes"] = tuple(local_results[0])
+    elif op.name == "slice":
+        global_in = op.operands[0].shape
+        attrs["limit_indices"] = tuple(
+            operands[0].shape[d] if lim == n else lim
+            for d, (lim, n) in enumerate(zip(attrs["limit_indices"], global_in, strict=True))
+        )
+    elif op.name in ("dynamic_slice", "gather"):
+        global_in = op.operands[0].shape
+        attrs["slice_sizes"] = tuple(
+            operands[0].shape[d] if s == n else s
+            for d, (s, n) in enumerate(zip(attrs["slice_sizes"], global_in, strict=True))
+        )
+    return attrs
+
+
+class _Partitioner:
+    def __init__(
+        self,
+        graph: Graph,
+        prop: Propagated,
+        mesh: Mapping[str, int],
+        out_required: Mapping[int, Sharding],
+    ) -> None:
+        self.out_required = out_required
+        self.graph = graph
+        self.prop = prop
+        self.mesh = mesh
+        self.b = _Builder(mesh, _max_id(graph) + 1)
+        self.local: dict[Value, tuple[Value, Sharding]] = {}
+        self.resharded: dict[tuple[Value, Sharding], Value] = {}
+
+    def operand(self, value: Value, want: Sharding, op: Op, why: str) -> Value:
+        """`value` as `want` on this IPU, communicating once per value and sharding: a
+        finished partial sum replaces the partial one for every later consumer."""
+        x, have = self.local[value]
+        if have == want:
+            return x
+        if (value, want) in self.resharded:
+            return self.resharded[(value, want)]
+        if have.partial:
+            x, have = self.b.finish_partial(x, have, want, value.shape, op.loc, why)
+            if have == want:
+                self.resharded[(value, want)] = x
+                return x
+            if not have.partial and have.dims == self.local[value][1].dims:
+                self.local[value] = (x, have)
+        x = self.b.reshard(x, have, want, value.shape, op.loc, why)
+        self.resharded[(value, want)] = x
+        return x
+
+    def run(self) -> Partitioned:
+        inputs = []
+        for value in self.graph.inputs:
+            sharding = self.prop.shardings[value]
+            local = self.b.value(sharding.local_shape(value.shape, self.mesh), value.dtype)
+            self.local[value] = (local, sharding)
+            inputs.append(local)
+        for op in self.graph.ops:
+            self.rewrite(op)
+        outputs, out_shardings = [], []
+        for index, value in enumerate(self.graph.outputs):
+            want = self.out_required.get(index) or self.prop.shardings[value].without_partial()
+            outputs.append(self.operand(value, want, _output_op(value), "an output of the program"))
+            out_shardings.append(want)
+        local_graph = Graph(
+            tuple(inputs),
+            tuple(outputs),
+            tuple(self.b.ops),
+            self.graph.input_names,
+            self.graph.in_tree,
+            self.graph.out_tree,
+            self.graph.name,
+        )
+        in_shardings = tuple(self.local[v][1] for v in self.graph.inputs)
+        return Partitioned(local_graph, in_shardings, tuple(out_shardings), self.graph, self.prop)
+
+    def rewrite(self, op: Op) -> None:
+        factors = FACTOR_RULES[op.name](op)
+        axes = self.prop.op_factors[op]
+        if op.regions and free_values_of(op):
+            axes = ()  # regions that read outer values run whole
+        if not axes or not self.try_sharded(op, factors, axes):
+            self.whole(op, factors)
+
+    def try_sharded(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> bool:
+        results = [_project(d, axes) for d in factors.results]
+        local_shapes = [
+            s.local_shape(v.shape, self.mesh) for s, v in zip(results, op.results, strict=True)
+        ]
+        if op.name == "reshape" and math.prod(local_shapes[0]) != math.prod(
+            _project(factors.operands[0], axes).local_shape(op.operands[0].shape, self.mesh)
+        ):
+            return False
+        mark = len(self.b.ops)
+        operands = [
+            self.operand(v, _project(d, axes), op, _why(op, factors, i))
+            for i, (v, d) in enumerate(zip(op.operands, factors.operands, strict=True))
+        ]
+        operands = self.mask_reductions(op, factors, axes, operands)
+        attrs = _localized_attrs(op, local_shapes, operands)
+        probe = Op(op.name, tuple(operands), (), attrs, op.regions, op.loc)
+        got = [tuple(a.shape) for a in infer_types(probe)]
+        if got != [tuple(s) for s in local_shapes]:
+            del self.b.ops[mark:]
+            return False
+        partial = tuple(a for f in sorted(factors.reduction) for a in axes[f])
+        made = self.b.emit(op.name, operands, attrs, op.loc, op.regions)
+        for value, local, sharding in zip(op.results, made, results, strict=True):
+            self.local[value] = (local, Sharding(sharding.dims, partial))
+        return True
+
+    def mask_reductions(
+        self, op: Op, factors: Factors, axes: tuple[Axes, ...], operands: list[Value]
+    ) -> list[Value]:
+        """Zero the padding of unevenly split reduction dims before a sum reads it."""
+        for f in factors.reduction:
+            if not axes[f] or factors.sizes[f] % self.b.group(axes[f]) == 0:
+                continue
+            for i, dims in enumerate(factors.operands):
+                for dim, factor in enumerate(dims):
+                    if factor == f:
+                        operands[i] = self.b.mask(
+                            operands[i], dim, axes[f], factors.sizes[f], op.loc
+                        )
+        return operands
+
+    def whole(self, op: Op, factors: Factors) -> None:
+        """The op on whole operands, its results replicated on every IPU."""
+        why = f"{op.name} at {op.loc} runs whole ({factors.rule} rule)"
+        operands = [
+            self.operand(v, Sharding.replicated(len(v.shape)), op, why) for v in op.operands
+        ]
+        regions = op.regions
+        captured = free_values_of(op)
+        if captured:
+            mapping = {
+                v: self.operand(v, Sharding.replicated(len(v.shape)), op, why) for v in captured
+            }
+            regions = tuple(_substitute(r, mapping) for r in op.regions)
+        made = self.b.emit(op.name, operands, dict(op.attrs), op.loc, regions)
+        for value, local in zip(op.results, made, strict=True):
+            self.local[value] = (local, Sharding.replicated(len(value.shape)))
+
+
+def free_values_of(op: Op) -> tuple[Value, ...]:
+    found: dict[Value, None] = {}
+    for region in op.regions:
+        for value in free_values(region):
+            found[value] = None
+    return tuple(found)
+
+
+def _substitute(graph: Graph, mapping: Mapping[Value, Value]) -> Graph:
+    """The graph with captured outer values replaced by their per-IPU versions."""
+    ops = tuple(
+        Op(
+            op.name,
+            tuple(mapping.get(v, v) for v in op.operands),
+            op.results,
+            op.attrs,
+            tuple(_substitute(r, mapping) for r in op.regions),
+            op.loc,
+        )
+        for op in graph.ops
+    )
+    outputs = tuple(mapping.get(v, v) for v in graph.outputs)
+    return Graph(graph.inputs, outputs, ops, name=graph.name)
+
+
+def _why(op: Op, factors: Factors, index: int) -> str:
+    return f"operand {index} of {op.name} at {op.loc} ({factors.rule} rule)"
+
+
+def _output_op(value: Value) -> Op:
+    return Op("output", (), (value,))
+
+
+def partition(
+    graph: Graph,
+    prop: Propagated,
+    mesh: Mapping[str, int],
+    out_required: Mapping[int, Sharding] | None = None,
+) -> Partitioned:
+    """The per-IPU program of `graph` under the propagated shardings; output i is delivered
+    as `out_required[i]` where given."""
+    return _Partitioner(graph, prop, mesh, out_required or {}).run()
