@@ -22,6 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, PartitionSpec
 
+from ipujax.boundary import api_boundary
 from ipujax.cost import build_report
 from ipujax.mesh import Mesh, default_mesh
 from ipujax.printer import format_program
@@ -71,6 +72,7 @@ class Compiled:
         self._report = build_report(program, memory, mesh, local)
         self._run = run
 
+    @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with jax.enable_x64(True):
             flat = flatten_args(self.graph, args, kwargs)
@@ -122,6 +124,7 @@ class Lowered:
     def as_text(self) -> str:
         return str(self.graph)
 
+    @api_boundary
     def compile(self, *, check_memory_fits: bool = True) -> Compiled:
         mesh = self._options.mesh
         if mesh.ipus == 1:
@@ -212,6 +215,7 @@ class Jitted:
             offset += leaves
         return flat
 
+    @api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         _check_supported(self._options)
         dynamic, dyn_args, dyn_kwargs, _ = self._split(args, kwargs)
@@ -225,6 +229,7 @@ class Jitted:
         donate = self._donated(dyn_args, len(args))
         return Lowered(graph, self._options, donate, in_specs, out_specs)
 
+    @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         _, dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
         leaves, tree = jax.tree.flatten((dyn_args, dyn_kwargs))
