@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml $(wildcard $(addsuffix /__init__.py,ipujax lowering par
 	touch $@
 
 test: venv
+	bash scripts/ensure_chromium.sh
 	$(MAKE) check
 	$(PY) -m pytest
 

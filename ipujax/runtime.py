@@ -134,7 +134,7 @@ def compile_partitioned(
     run = per_ipu
     for axis in reversed(axis_names):
         in_axes = tuple(0 if axis in s.axes else None for s in in_shardings)
-        run = jax.vmap(run, in_axes=in_axes, axis_name=axis)
+        run = jax.vmap(run, in_axes=in_axes, axis_name=axis, axis_size=sizes[axis])
 
     def everything(*flat: Array) -> tuple[Array, ...]:
         shards = [

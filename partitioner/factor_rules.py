@@ -235,21 +235,26 @@ def _top_k_factor_rule(op: Op) -> Factors:
 
 
 def _gather_factor_rule(op: Op) -> Factors:
-    """Index batch dims correspond to the result's batch dims; operand dims taken whole (the
-    embedding width of a table lookup) correspond to the result's offset dims."""
+    """Index batch dims correspond to the result's batch dims (and, for batched gathers such as
+    take_along_axis, to the operand's batching dims); operand dims taken whole (the embedding
+    width of a table lookup) correspond to the result's offset dims."""
     a = op.attrs
     operand, indices = op.operands
     out = op.results[0]
-    if a["operand_batching_dims"]:
-        return _replicated_factor_rule(op)
     batch_out = [d for d in range(len(out.shape)) if d not in a["offset_dims"]]
     batch_in = [d for d in range(len(indices.shape)) if d != a["index_vector_dim"]]
-    window = [d for d in range(len(operand.shape)) if d not in a["collapsed_slice_dims"]]
+    window = [
+        d
+        for d in range(len(operand.shape))
+        if d not in a["collapsed_slice_dims"] and d not in a["operand_batching_dims"]
+    ]
     result: list[int | None] = list(range(len(out.shape)))
     idx: list[int | None] = [None] * len(indices.shape)
     for i, o in zip(batch_in, batch_out, strict=True):
         idx[i] = o
     opnd: list[int | None] = [None] * len(operand.shape)
+    for ob, ib in zip(a["operand_batching_dims"], a["start_indices_batching_dims"], strict=True):
+        opnd[ob] = idx[ib]
     for w, o in zip(window, a["offset_dims"], strict=True):
         whole = a["slice_sizes"][w] == operand.shape[w] and w not in a["start_index_map"]
         if whole:
@@ -257,6 +262,34 @@ def _gather_factor_rule(op: Op) -> Factors:
         else:
             result[o] = None
     return Factors((tuple(opnd), tuple(idx)), (tuple(result),), out.shape, rule="gather")
+
+
+def _scatter_factor_rule(op: Op) -> Factors:
+    """The operand's dims taken whole by every update window, and batching dims (the transpose
+    of a batched gather), correspond across operand, updates and result; indexed dims and the
+    other scatter dims of the updates stay whole."""
+    a = op.attrs
+    operand, indices, updates = op.operands
+    rank = len(operand.shape)
+    opnd: list[int | None] = [None] * rank
+    idx: list[int | None] = [None] * len(indices.shape)
+    upd: list[int | None] = [None] * len(updates.shape)
+    window = [
+        d
+        for d in range(rank)
+        if d not in a["inserted_window_dims"] and d not in a["operand_batching_dims"]
+    ]
+    for w, u in zip(window, a["update_window_dims"], strict=True):
+        if updates.shape[u] == operand.shape[w] and w not in a["scatter_dims_to_operand_dims"]:
+            opnd[w], upd[u] = w, w
+    scatter_upd = [d for d in range(len(updates.shape)) if d not in a["update_window_dims"]]
+    scatter_idx = [d for d in range(len(indices.shape)) if d != a["index_vector_dim"]]
+    for ob, ib in zip(a["operand_batching_dims"], a["scatter_indices_batching_dims"], strict=True):
+        opnd[ob] = ob
+        idx[ib] = ob
+        upd[scatter_upd[scatter_idx.index(ib)]] = ob
+    dims = tuple(opnd)
+    return Factors((dims, tuple(idx), tuple(upd)), (dims,), operand.shape, rule="scatter")
 
 
 def _reduce_window_factor_rule(op: Op) -> Factors:
@@ -294,6 +327,7 @@ _RULES: dict[str, FactorRule] = {
     "sort": _sort_factor_rule,
     "top_k": _top_k_factor_rule,
     "gather": _gather_factor_rule,
+    "scatter": _scatter_factor_rule,
     "reduce_window": _reduce_window_factor_rule,
     "sharding_constraint": _identity_factor_rule,
     "optimization_barrier": _identity_factor_rule,

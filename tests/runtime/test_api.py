@@ -311,13 +311,18 @@ def test_compiled_rejects_a_new_shape() -> None:
 # ---- unsupported settings ------------------------------------------------------------------
 
 
-def test_two_ipus_is_a_config_error() -> None:
+def test_two_ipus_run_replicated_with_jax_jit_values() -> None:
+    # No shardings: both IPUs hold everything and compute the same, so nothing crosses links.
     two = ipujax.make_mesh((2,), ("ipu",), target=ipujax.Target.bow().with_tiles(16))
-    jitted = ipujax.jit(_affine, mesh=two)
-    with pytest.raises(ipujax.ConfigError, match="2 IPUs"):
-        jitted.lower(X, Y)
-    with pytest.raises(ipujax.ConfigError):
-        jitted(X, Y)
+    compiled = ipujax.jit(_affine, mesh=two).lower(X, Y).compile()
+    np.testing.assert_allclose(compiled(X, Y), jax.jit(_affine)(X, Y), rtol=1e-6)
+    assert compiled.cost_report().ipus == 2
+    assert compiled.cost_report().collectives == ()
+
+
+def test_a_mesh_larger_than_a_pod256_is_a_config_error() -> None:
+    with pytest.raises(ipujax.ConfigError, match="Pod256"):
+        ipujax.make_mesh((512,), ("dp",))
 
 
 def test_phases_auto_is_a_config_error() -> None:
