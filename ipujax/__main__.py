@@ -1,33 +1,8 @@
-"""The `ipujax` command line. Subcommands arrive with the runtime and the cost report."""
+"""`ipujax` and `python -m ipujax`: the command line lives in `ipujax.cli` (docs/cli.md)."""
 
-import argparse
-from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
+from ipujax.cli import main
 
-
-def _version() -> str:
-    try:
-        return version("ipujax")
-    except PackageNotFoundError:
-        return "unknown (not installed; run `make venv`)"
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ipujax",
-        description="Compile JAX programs for a virtual Graphcore IPU and report their cost.",
-        epilog="Only --version exists so far; the compile and report commands are in progress.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

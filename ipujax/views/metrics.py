@@ -1,0 +1,353 @@
+"""Figures derived from a `CostReport` that every view shows: the tables, the HTML page and the
+report comparison all call these, so that they agree to the cycle.
+
+Nothing here reads more than the report holds; docs/cli.md defines each figure.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ipujax.report import CostReport
+
+# ---- formatting ------------------------------------------------------------------------------
+
+
+def fmt_int(n: int | float) -> str:
+    return f"{int(n):,}"
+
+
+def fmt_bytes(n: int | float) -> str:
+    """Exact bytes with a readable unit: '34,632 B (33.8 KiB)'."""
+    n = int(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n:,} B ({n / size:.1f} {unit})"
+    return f"{n:,} B"
+
+
+def fmt_bytes_short(n: int | float) -> str:
+    """Bytes in a unit only, for axis labels and tight columns: '33.8 KiB'."""
+    n = float(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_seconds(seconds: float) -> str:
+    """A duration in the unit that reads best: '157.4 µs', '3.21 ms', '1.50 s'."""
+    if seconds >= 1:
+        return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:,.0f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.4g} ms"
+    if seconds >= 1e-6:
+        return f"{seconds * 1e6:.4g} µs"
+    return f"{seconds * 1e9:.4g} ns"
+
+
+def fmt_pct(fraction: float, digits: int = 2) -> str:
+    return f"{100 * fraction:.{digits}f}%"
+
+
+def fmt_delta(a: float, b: float, *, as_bytes: bool = False) -> tuple[str, str]:
+    """The change from a to b, absolute and relative: ('+1,024', '+12.5%')."""
+    delta = b - a
+    if not delta:
+        return "0", "0%"
+    if isinstance(a, float) or isinstance(b, float):
+        absolute = f"{delta:+.4g}"
+    else:
+        absolute = f"{int(delta):+,}"
+    if as_bytes and delta:
+        absolute += f" ({'+' if delta > 0 else '-'}{fmt_bytes_short(abs(delta))})"
+    relative = "new" if a == 0 else f"{100 * delta / abs(a):+.2f}%"
+    return absolute, relative
+
+
+_SITE = re.compile(r"^.*?/(?:site|dist)-packages/")
+_PATH_IN_TEXT = re.compile(r"(/[^\s:()\[\],]+\.py)")
+
+
+def short_path(path: str) -> str:
+    """A source file as a person would name it: relative to the working directory when inside
+    it, from the package down when installed, otherwise as given."""
+    if not path:
+        return path
+    installed = _SITE.sub("", path)
+    if installed != path:
+        return installed
+    try:
+        relative = Path(path).resolve().relative_to(Path(os.getcwd()).resolve())
+    except (ValueError, OSError):
+        return path
+    return str(relative)
+
+
+def short_source(source: str) -> str:
+    """'file:line' with the file shortened by `short_path`; other text unchanged."""
+    if not source:
+        return "(no source line)"
+    file, sep, rest = source.partition(":")
+    return short_path(file) + sep + rest if file.endswith(".py") else source
+
+
+def shorten_paths(text: str) -> str:
+    """Every absolute .py path inside a description, shortened."""
+    return _PATH_IN_TEXT.sub(lambda m: short_path(m.group(1)), text)
+
+
+# ---- execution -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Kinds:
+    """Cycles summed by what a superstep spends them on (PopVision's step kinds)."""
+
+    compute: int
+    exchange: int
+    sync: int
+    link: int = 0  # collectives' rings over the IPU-Links
+
+    @property
+    def total(self) -> int:
+        return self.compute + self.exchange + self.sync + self.link
+
+
+def kind_totals(report: CostReport) -> Kinds:
+    steps = report.supersteps
+    return Kinds(
+        compute=sum(s.compute_cycles for s in steps),
+        exchange=sum(s.exchange_cycles for s in steps),
+        sync=sum(s.sync_cycles for s in steps),
+        link=sum(s.link_cycles for s in steps),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """The supersteps of one op (and, when grouped so, one source line), summed."""
+
+    op: str
+    source: str
+    steps: int
+    compute: int
+    exchange: int
+    sync: int
+    flops: int
+    exchange_bytes: int
+    link: int = 0
+
+    @property
+    def cycles(self) -> int:
+        return self.compute + self.exchange + self.sync + self.link
+
+
+def _group(report: CostReport, with_source: bool) -> list[OpCost]:
+    groups: dict[tuple[str, str], list[int]] = {}
+    for s in report.supersteps:
+        key = (s.op, s.source if with_source else "")
+        totals = groups.setdefault(key, [0] * 7)
+        values = (
+            1,
+            s.compute_cycles,
+            s.exchange_cycles,
+            s.sync_cycles,
+            s.flops,
+            s.exchange_bytes,
+            s.link_cycles,
+        )
+        for i, value in enumerate(values):
+            totals[i] += value
+    costs = [OpCost(op, source, *totals) for (op, source), totals in groups.items()]
+    return sorted(costs, key=lambda c: (-c.cycles, c.op, c.source))
+
+
+def sum_costs(op: str, costs: list[OpCost]) -> OpCost:
+    """Several groups as one row ('... 12 more')."""
+    return OpCost(
+        op,
+        "",
+        sum(c.steps for c in costs),
+        sum(c.compute for c in costs),
+        sum(c.exchange for c in costs),
+        sum(c.sync for c in costs),
+        sum(c.flops for c in costs),
+        sum(c.exchange_bytes for c in costs),
+        sum(c.link for c in costs),
+    )
+
+
+def by_op_and_source(report: CostReport) -> list[OpCost]:
+    """Cycles by (op, source line), costliest first."""
+    return _group(report, with_source=True)
+
+
+def by_op(report: CostReport) -> list[OpCost]:
+    """Cycles by op over all its source lines, costliest first."""
+    return _group(report, with_source=False)
+
+
+def tile_balance(report: CostReport) -> float:
+    """Σ_steps(compute_cycles * tiles_used) / (Σ_steps compute_cycles * tiles_per_ipu): the share
+    of the IPU's tile-cycles of compute in which a tile has work (1.0: every tile, every step)."""
+    compute = sum(s.compute_cycles for s in report.supersteps)
+    if not compute or not report.tiles_per_ipu:
+        return 0.0
+    used = sum(s.compute_cycles * s.tiles for s in report.supersteps)
+    return used / (compute * report.tiles_per_ipu)
+
+
+def peak_flops_per_second(report: CostReport) -> float:
+    return report.peak_flops_per_cycle * report.tiles_per_ipu * report.ipus * report.clock_hz
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IpuMemory:
+    ipu: int
+    peak: int
+    peak_tile: int
+    total: int
+    mean: float
+    always_live: int  # summed over tiles
+    not_always_live: int  # tile_memory - always_live: not-always-live bytes and code
+    always_live_max: int  # on the tile that holds the most
+    not_always_live_max: int
+    peak_tile_always_live: int  # the split on the fullest tile
+    over_budget_tiles: int
+
+
+def ipu_groups(report: CostReport) -> list[tuple[str, IpuMemory]]:
+    """IPUs whose tiles hold the same bytes, as one row each: ('0-3', memory of IPU 0). Every
+    IPU of an SPMD program holds the same, so a mesh of 64 IPUs prints as one row."""
+    rows: list[tuple[list[int], IpuMemory]] = []
+    for memory in ipu_memory(report):
+        i = memory.ipu
+        for ipus, first in rows:
+            j = first.ipu
+            if np.array_equal(report.tile_memory[i], report.tile_memory[j]) and np.array_equal(
+                report.always_live[i], report.always_live[j]
+            ):
+                ipus.append(i)
+                break
+        else:
+            rows.append(([i], memory))
+    return [(ipu_range(ipus), memory) for ipus, memory in rows]
+
+
+def ipu_range(ipus: list[int]) -> str:
+    """[0, 1, 2, 3] -> '0-3'; [0, 2] -> '0, 2'."""
+    if len(ipus) > 1 and ipus == list(range(ipus[0], ipus[-1] + 1)):
+        return f"{ipus[0]}-{ipus[-1]}"
+    return ", ".join(map(str, ipus))
+
+
+def ipu_memory(report: CostReport) -> list[IpuMemory]:
+    out = []
+    for ipu in range(report.tile_memory.shape[0]):
+        total = report.tile_memory[ipu]
+        live = report.always_live[ipu]
+        rest = total - live
+        peak_tile = int(np.argmax(total)) if total.size else 0
+        out.append(
+            IpuMemory(
+                ipu=ipu,
+                peak=int(total.max()) if total.size else 0,
+                peak_tile=peak_tile,
+                total=int(total.sum()),
+                mean=float(total.mean()) if total.size else 0.0,
+                always_live=int(live.sum()),
+                not_always_live=int(rest.sum()),
+                always_live_max=int(live.max()) if live.size else 0,
+                not_always_live_max=int(rest.max()) if rest.size else 0,
+                peak_tile_always_live=int(live[peak_tile]) if live.size else 0,
+                over_budget_tiles=int((total > report.bytes_per_tile).sum()),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Bin:
+    low: int
+    high: int  # inclusive
+    count: int
+
+
+def histogram(values: Iterable[int] | np.ndarray, bins: int = 10) -> list[Bin]:
+    """Equal-width bins from the smallest to the largest value (one bin if all are equal)."""
+    data = np.asarray(list(values) if not isinstance(values, np.ndarray) else values).ravel()
+    if data.size == 0:
+        return []
+    low, high = int(data.min()), int(data.max())
+    if low == high:
+        return [Bin(low, high, int(data.size))]
+    width = math.ceil((high - low + 1) / bins)
+    edges = [low + i * width for i in range(bins + 1)]
+    counts, _ = np.histogram(data, bins=edges)
+    return [
+        Bin(edges[i], min(edges[i + 1] - 1, high), int(c))
+        for i, c in enumerate(counts)
+        if edges[i] <= high
+    ]
+
+
+def repeated_tensors(report: CostReport) -> list[int | None]:
+    """For each of `top_tiles`, the earlier tile whose largest tensors are the same (the views
+    then say 'same as tile N' instead of repeating the list), or None."""
+    seen: dict[tuple, int] = {}
+    out: list[int | None] = []
+    for usage in report.top_tiles:
+        key = tuple(usage.tensors)
+        out.append(seen.get(key) if key else None)
+        seen.setdefault(key, usage.tile)
+    return out
+
+
+def bin_labels(bins: list[Bin]) -> list[str]:
+    """'16.0 KiB - 17.8 KiB' per bin; exact bytes when rounded units would not tell bins apart."""
+    lows = {fmt_bytes_short(b.low) for b in bins}
+    highs = {fmt_bytes_short(b.high) for b in bins}
+    exact = len(lows) < len(bins) or len(highs) < len(bins)
+    fmt = fmt_int if exact else fmt_bytes_short
+    unit = " B" if exact else ""
+    return [
+        f"{fmt(b.low)}{unit}" if b.low == b.high else f"{fmt(b.low)} - {fmt(b.high)}{unit}"
+        for b in bins
+    ]
+
+
+def byte_ticks(top: float, count: int = 4) -> tuple[list[float], float]:
+    """Round axis ticks from 0 for bytes up to `top`: ([0, 8 KiB, 16 KiB, ...], axis end)."""
+    unit = next((u for u in (1 << 30, 1 << 20, 1 << 10) if top >= u), 1)
+    raw = max(top / unit / count, 1e-9)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(f * magnitude for f in (1, 2, 2.5, 5, 10) if f * magnitude >= raw) * unit
+    ticks = [0.0]
+    while ticks[-1] < top:
+        ticks.append(ticks[-1] + step)
+    return ticks, ticks[-1]
+
+
+def nice_ticks(top: float, count: int = 6) -> list[float]:
+    """Round ticks from 0 to at most `top`, about `count` of them: 0, 2.5, 5, 7.5, 10, ..."""
+    if top <= 0:
+        return [0.0]
+    raw = top / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(f * magnitude for f in (1, 2, 2.5, 5, 10) if f * magnitude >= raw)
+    return [i * step for i in range(int(top / step + 1e-9) + 1)]
+
+
+def memory_fraction(report: CostReport) -> float:
+    return report.peak_tile_bytes / report.bytes_per_tile if report.bytes_per_tile else 0.0
