@@ -18,7 +18,7 @@ import numpy as np
 import ipujax
 
 sys.path.insert(0, str(Path(__file__).parent))
-import tiny_gpt  # noqa: E402
+import tiny_gpt
 
 
 def main() -> None:
