@@ -11,11 +11,12 @@ and an estimate of code and vertex state from the Target. A tile over its budget
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
 
-from lowering import Graph, Value
+from lowering import Graph, Op, Value
 from partitioner.errors import OutOfMemoryError
 from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Program
@@ -24,17 +25,26 @@ from partitioner.target import Target
 
 @dataclass(frozen=True, slots=True)
 class Storage:
-    """One tensor's storage on tiles and the tasks it is live across (inclusive)."""
+    """One tensor's storage on tiles and the task spans (inclusive) it is on chip for.
+
+    Unphased, a tensor has one span, from the task that makes it to the last that reads it.
+    Phased, a tensor in streaming memory is on chip only in the phases that use it."""
 
     value: Value
     layout: Layout
-    first: int
-    last: int
+    spans: tuple[tuple[int, int], ...]
     always_live: bool
 
     @property
     def bytes_per_tile(self) -> int:
         return tile_bytes(self.layout, self.value.dtype)
+
+    @property
+    def first(self) -> int:
+        return self.spans[0][0] if self.spans else 0
+
+    def live_at(self, task: int) -> bool:
+        return self.always_live or any(a <= task <= b for a, b in self.spans)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -46,6 +56,7 @@ class TileMemory:
     code: np.ndarray
     peak_task: np.ndarray
     storages: tuple[Storage, ...]
+    phase_peaks: tuple[int, ...] = ()  # the fullest tile's bytes in each phase
 
     @property
     def total(self) -> np.ndarray:
@@ -63,74 +74,148 @@ def _roots(program: Program) -> dict[Value, Value]:
     return root
 
 
-def storages(program: Program) -> tuple[Storage, ...]:
+def _uses(program: Program) -> tuple[dict[Value, int], dict[Value, list[int]], set[Value]]:
+    """Each storage owner's defining task, the tasks that read it, and the constants."""
     root = _roots(program)
-    end = max(0, len(program.tasks) - 1)
-    first: dict[Value, int] = {}
-    last: dict[Value, int] = {}
-    always = set(program.inputs)
+    made: dict[Value, int] = {}
+    reads: dict[Value, list[int]] = {}
+    constants: set[Value] = set()
     for index, task in enumerate(program.tasks):
         if task.op.name == "constant":
-            always.update(task.op.results)
+            constants.update(task.op.results)
         for value in task.op.results:
-            owner = root.get(value, value)
-            first.setdefault(owner, index)
-            last[owner] = max(last.get(owner, index), index)
+            made.setdefault(root.get(value, value), index)
         for value in task.inputs:
-            owner = root.get(value, value)
-            last[owner] = max(last.get(owner, index), index)
+            reads.setdefault(root.get(value, value), []).append(index)
+    end = max(0, len(program.tasks) - 1)
     for value in program.outputs:
-        last[root.get(value, value)] = end
-    owners = {root.get(v, v) for v in program.layouts} - set()
-    return tuple(
-        Storage(v, program.layouts[v], first.get(v, 0), last.get(v, first.get(v, 0)), v in always)
-        for v in owners
-    )
+        reads.setdefault(root.get(value, value), []).append(end + 1)  # read by the host
+    return made, reads, constants
 
 
-def _add(grid: np.ndarray, first: int, last: int, start: int, stop: int, amount: int) -> None:
-    """Adds `amount` over tasks first..last and tiles start..stop-1 of a 2-D difference array."""
-    grid[first, start] += amount
-    grid[first, stop] -= amount
-    grid[last + 1, start] -= amount
-    grid[last + 1, stop] += amount
+def _spans(first: int, uses: list[int], phases: PhaseBounds | None) -> tuple[tuple[int, int], ...]:
+    """On chip from `first` to the last use; phased, only in the phases that use it, and from
+    the start of each such phase (a load) to its last use there."""
+    end = max(uses, default=first)
+    if phases is None:
+        return ((first, end),)
+    by_phase: dict[int, tuple[int, int]] = {}
+    for task in [first, *uses]:
+        phase = phases.phase_of(task)
+        lo, hi = phases.bounds[phase]
+        start = task if task == first else lo
+        old = by_phase.get(phase)
+        task = min(task, hi - 1)
+        by_phase[phase] = (min(old[0], start), max(old[1], task)) if old else (start, task)
+    made_phase = phases.phase_of(first)
+    lo, hi = by_phase[made_phase]
+    by_phase[made_phase] = (lo, max(hi, phases.bounds[made_phase][1] - 1))  # stored at its end
+    return tuple(by_phase[p] for p in sorted(by_phase))
 
 
-def tile_memory(program: Program, target: Target) -> TileMemory:
-    tiles = target.tiles_per_ipu
-    tasks = max(1, len(program.tasks))
-    always = np.zeros(tiles + 1, np.int64)
-    live = np.zeros((tasks + 1, tiles + 1), np.int64)
-    found = storages(program)
-    for s in found:
-        stop = min(s.layout.stop, tiles)
-        if s.always_live:
-            always[s.layout.start] += s.bytes_per_tile
-            always[stop] -= s.bytes_per_tile
+def storages(program: Program, phases: PhaseBounds | None = None) -> tuple[Storage, ...]:
+    made, reads, constants = _uses(program)
+    owners = {v for v in program.layouts if v in made or v in program.inputs}
+    found = []
+    for value in owners:
+        always = value in constants or (value in program.inputs and phases is None)
+        if value in program.inputs:
+            uses = reads.get(value, [])
+            first = min(uses, default=0)
+            spans = _spans(first, uses, phases) if phases is not None else ((0, 0),)
+            if phases is not None and not uses:
+                spans = ()
         else:
-            _add(live, s.first, s.last, s.layout.start, stop, s.bytes_per_tile)
-    code = np.zeros(tiles + 1, np.int64)
+            first = made[value]
+            spans = _spans(first, reads.get(value, []), phases)
+        found.append(Storage(value, program.layouts[value], spans, always))
+    return tuple(found)
+
+
+class PhaseBounds:
+    """Task ranges of phases, `bounds[i] = (start, stop)`, in order and covering all tasks."""
+
+    def __init__(self, bounds: list[tuple[int, int]]) -> None:
+        self.bounds = bounds
+        self._starts = [b[0] for b in bounds]
+
+    def phase_of(self, task: int) -> int:
+        return max(0, min(bisect.bisect_right(self._starts, task) - 1, len(self.bounds) - 1))
+
+
+def tile_memory(program: Program, target: Target, phases: PhaseBounds | None = None) -> TileMemory:
+    """Per-tile memory by a sweep over tasks: each storage is added when its span starts and
+    removed after it ends; each task's temporaries count during that task only."""
+    tiles = target.tiles_per_ipu
+    found = storages(program, phases)
+    always = np.zeros(tiles, np.int64)
+    for s in found:
+        if s.always_live:
+            always[s.layout.start : s.layout.stop] += s.bytes_per_tile
+    starts, ends = _events(found, len(program.tasks))
+    live = np.zeros(tiles, np.int64)
+    peak = np.zeros(tiles, np.int64)
+    peak_task = np.zeros(tiles, np.int64)
+    phase_peaks: list[int] = []
     for index, task in enumerate(program.tasks):
+        for item in starts.get(index, ()):
+            _apply(live, item, +1)
+        now = live.copy()
         for temp in task.temporaries:
-            _add(live, index, index, temp.start, temp.start + temp.tiles, temp.bytes_per_tile)
-        for step in task.supersteps:
-            code[step.start] += target.code_bytes_per_step
-            code[min(step.start + step.tiles, tiles)] -= target.code_bytes_per_step
-    live = np.cumsum(np.cumsum(live, axis=0), axis=1)[:tasks, :tiles]
+            now[temp.start : temp.start + temp.tiles] += temp.bytes_per_tile
+        higher = now > peak
+        peak = np.where(higher, now, peak)
+        peak_task = np.where(higher, index, peak_task)
+        if phases is not None:
+            phase = phases.phase_of(index)
+            if len(phase_peaks) <= phase:
+                phase_peaks.append(0)
+            phase_peaks[phase] = max(phase_peaks[phase], int(now.max()))
+        for item in ends.get(index, ()):
+            _apply(live, item, -1)
+    code = _code(program, target)
+    extra = always + code
     return TileMemory(
-        always_live=np.cumsum(always)[:tiles],
-        not_always_live=live.max(axis=0),
-        code=np.cumsum(code)[:tiles] + target.fixed_code_bytes,
-        peak_task=live.argmax(axis=0),
+        always_live=always,
+        not_always_live=peak,
+        code=code,
+        peak_task=peak_task,
         storages=found,
+        phase_peaks=tuple(p + int(extra.max()) for p in phase_peaks),
     )
 
 
-def _describe(value: Value, graph: Graph, program: Program) -> str:
+def _events(found: tuple[Storage, ...], tasks: int) -> tuple[dict, dict]:
+    """Storages by the task their spans start at and end at."""
+    starts: dict[int, list[Storage]] = {}
+    ends: dict[int, list[Storage]] = {}
+    for s in found:
+        if s.always_live:
+            continue
+        for a, b in s.spans:
+            starts.setdefault(a, []).append(s)
+            ends.setdefault(min(b, tasks - 1), []).append(s)
+    return starts, ends
+
+
+def _code(program: Program, target: Target) -> np.ndarray:
+    """Code and vertex state: a fixed amount per tile plus a little per step it takes part in."""
+    tiles = target.tiles_per_ipu
+    code = np.full(tiles, target.fixed_code_bytes, np.int64)
+    for step in program.supersteps:
+        code[step.start : min(step.start + step.tiles, tiles)] += target.code_bytes_per_step
+    return code
+
+
+def _apply(live: np.ndarray, item: Storage, sign: int) -> None:
+    live[item.layout.start : item.layout.stop] += sign * item.bytes_per_tile
+
+
+def _describe(value: Value, graph: Graph, producers: dict[Value, Op]) -> str:
     if value in graph.inputs:
         name = graph.input_names[graph.inputs.index(value)] if graph.input_names else "input"
         return f"argument {name} {value.type_str}"
-    producer = next(t.op for t in program.tasks if value in t.op.results)
+    producer = producers[value]
     return f"{producer.name} {value.type_str} at {producer.loc}"
 
 
@@ -139,10 +224,11 @@ def largest_on_tile(
 ) -> list[tuple[int, str]]:
     """The largest tensors on a tile at its peak, with where each came from."""
     at = int(memory.peak_task[tile])
+    producers = {v: t.op for t in program.tasks for v in t.op.results}
     here = [
-        (s.bytes_per_tile, _describe(s.value, graph, program))
+        (s.bytes_per_tile, _describe(s.value, graph, producers))
         for s in memory.storages
-        if s.layout.start <= tile < s.layout.stop and (s.always_live or s.first <= at <= s.last)
+        if s.layout.start <= tile < s.layout.stop and s.live_at(at)
     ]
     task = program.tasks[at] if program.tasks else None
     if task is not None:
