@@ -25,19 +25,16 @@ from jax.sharding import AbstractMesh, PartitionSpec
 from ipujax.boundary import api_boundary
 from ipujax.cost import build_report
 from ipujax.mesh import Mesh, default_mesh
+from ipujax.pipeline import Built, build
 from ipujax.printer import format_program
 from ipujax.report import CostReport
-from ipujax.runtime import compile_partitioned, compile_program, run_step_by_step
-from ipujax.sharded import axis_traffic, explain, partition_program
+from ipujax.runtime import run_step_by_step
+from ipujax.sharded import explain
 from ipujax.specs import input_specs, output_specs
 from lowering import Graph, lower
 from lowering.evaluator import flatten_args
 from partitioner.errors import ConfigError, ShardingError
-from partitioner.links import LinkModel
-from partitioner.memory import TileMemory, check_memory, tile_memory
-from partitioner.partition import Partitioned
-from partitioner.program import Program, Task
-from partitioner.schedule import schedule
+from partitioner.program import Task
 
 
 @dataclass(frozen=True)
@@ -54,37 +51,27 @@ class _Options:
 class Compiled:
     """A program scheduled on the virtual IPUs: callable, with its BSP program and cost report."""
 
-    def __init__(
-        self,
-        graph: Graph,
-        program: Program,
-        memory: TileMemory,
-        mesh: Mesh,
-        run: Callable[..., tuple],
-        partitioned: Partitioned | None = None,
-    ) -> None:
+    def __init__(self, graph: Graph, built: Built, mesh: Mesh) -> None:
         self.graph = graph
-        self.program = program
-        self.memory = memory
+        self.built = built
+        self.program = built.program
+        self.memory = built.memory
         self.mesh = mesh
-        self.partitioned = partitioned
-        local = partitioned.graph if partitioned is not None else graph
-        self._report = build_report(program, memory, mesh, local)
-        self._run = run
+        self.partitioned = built.partitioned
+        self._report = build_report(built, mesh)
 
     @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with jax.enable_x64(True):
             flat = flatten_args(self.graph, args, kwargs)
-        outputs = self._run(*flat)
+        outputs = self.built.run(*flat)
         return jax.tree.unflatten(self.graph.out_tree, outputs)
 
     def cost_report(self) -> CostReport:
         return self._report
 
     def as_text(self) -> str:
-        local = self.partitioned.graph if self.partitioned is not None else self.graph
-        text = format_program(self.program, local, self.mesh.target)
+        text = format_program(self.program, self.built.graph, self.built.target)
         if self.partitioned is None:
             return text
         return explain(self.partitioned, self.mesh) + "\n\n" + text
@@ -126,26 +113,17 @@ class Lowered:
 
     @api_boundary
     def compile(self, *, check_memory_fits: bool = True) -> Compiled:
-        mesh = self._options.mesh
-        if mesh.ipus == 1:
-            program = schedule(self.graph, mesh.target)
-            memory = tile_memory(program, mesh.target)
-            if check_memory_fits:
-                check_memory(memory, program, self.graph, mesh.target)
-            run = compile_program(program, self._donate)
-            return Compiled(self.graph, program, memory, mesh, run)
-        return self._compile_partitioned(check_memory_fits)
-
-    def _compile_partitioned(self, check_memory_fits: bool) -> Compiled:
-        mesh = self._options.mesh
-        partitioned = partition_program(self.graph, mesh, self._in_specs, self._out_specs)
-        links = LinkModel.place(mesh.shape, axis_traffic(partitioned.graph), mesh.target)
-        program = schedule(partitioned.graph, mesh.target, links)
-        memory = tile_memory(program, mesh.target)
-        if check_memory_fits:
-            check_memory(memory, program, partitioned.graph, mesh.target)
-        run = compile_partitioned(program, partitioned, mesh.axis_names, mesh.shape, self._donate)
-        return Compiled(self.graph, program, memory, mesh, run, partitioned)
+        options = self._options
+        built = build(
+            self.graph,
+            options.mesh,
+            self._in_specs,
+            self._out_specs,
+            options.phases,
+            self._donate,
+            check_memory_fits,
+        )
+        return Compiled(self.graph, built, options.mesh)
 
 
 def _leaf_key(leaf: Any) -> Any:
@@ -217,7 +195,6 @@ class Jitted:
 
     @api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
-        _check_supported(self._options)
         dynamic, dyn_args, dyn_kwargs, _ = self._split(args, kwargs)
         mesh = self._options.mesh
         # Under the mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces.
@@ -263,13 +240,6 @@ def _name_parameters(dynamic: Any, fun: Callable[..., Any], positions: set, name
         return
     kept = [p for i, p in enumerate(params) if i not in positions and p.name not in names]
     dynamic.__signature__ = inspect.Signature(kept)
-
-
-def _check_supported(options: _Options) -> None:
-    if options.phases is not None:
-        raise ConfigError(
-            f"phases={options.phases!r}: phased execution is being built; use phases=None"
-        )
 
 
 def _specs(tree: Any) -> list[PartitionSpec]:

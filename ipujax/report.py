@@ -64,10 +64,17 @@ class TileUsage:
 
 @dataclass(frozen=True, slots=True)
 class PhaseCost:
+    """One phase of a phased program: its cycles (streaming not hidden by compute included),
+    the bytes it moves to and from streaming memory, and its fullest tile."""
+
     name: str
     cycles: int
     streaming_bytes: int
     peak_tile_bytes: int
+    compute_cycles: int = 0
+    stream_cycles: int = 0  # loading this phase's inputs and storing its outputs
+    overlapped_cycles: int = 0  # of those, hidden behind the previous phase's compute (IO tiles)
+    link_bytes: int = 0  # replicated tensor sharding: the rest of each weight, over IPU-Links
 
 
 _RECORDS = {

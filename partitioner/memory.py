@@ -95,10 +95,13 @@ def _uses(program: Program) -> tuple[dict[Value, int], dict[Value, list[int]], s
 
 def _spans(first: int, uses: list[int], phases: PhaseBounds | None) -> tuple[tuple[int, int], ...]:
     """On chip from `first` to the last use; phased, only in the phases that use it, and from
-    the start of each such phase (a load) to its last use there."""
+    the start of each such phase (a load) to its last use there. A program output is stored to
+    streaming memory at the end of the phase that makes it (the host's read is not a use)."""
     end = max(uses, default=first)
     if phases is None:
         return ((first, end),)
+    last_task = phases.bounds[-1][1] - 1
+    uses = [u for u in uses if u <= last_task]
     by_phase: dict[int, tuple[int, int]] = {}
     for task in [first, *uses]:
         phase = phases.phase_of(task)

@@ -64,6 +64,14 @@ class Target:
     gateway_bytes_per_second_per_ipu: float = 2 * 100e9 / 8 / 4
     # Global sync: 15 ns per hop, there and back, hops = 1 + N/4 for N IPUs (C).
     global_sync_hop_seconds: float = 15e-9
+    # Streaming memory: no published bandwidth; the upper bound is PCIe Gen4 x8 per IPU to its
+    # gateway, about 16 GB/s each way (D). Capacity: 128 GB of DRAM per 4-IPU machine as
+    # shipped (V), so 32 GB per IPU.
+    streaming_bytes_per_second: float = 16e9
+    streaming_bytes_per_ipu: int = 32 * 10**9
+    # Tiles per IPU kept for streaming in phased programs (PopXL's GPT-3 example used 128): they
+    # load the next phase while the others compute. Zero: phases load and compute in turn.
+    io_tiles: int = 0
 
     def __post_init__(self) -> None:
         if self.tiles_per_ipu < 1 or self.bytes_per_tile < 1 or self.clock_hz <= 0:
@@ -145,6 +153,10 @@ class Target:
             rate = self.ring_links * self.ipu_link_bytes_per_second * self.ipu_link_efficiency
         transfer = math.ceil(bytes_per_ipu * self.clock_hz / rate)
         return transfer + steps * self.ipu_link_latency_cycles
+
+    def streaming_cycles(self, nbytes: int) -> int:
+        """Moving bytes between streaming memory and one IPU, at the streaming bandwidth."""
+        return math.ceil(nbytes * self.clock_hz / self.streaming_bytes_per_second) if nbytes else 0
 
     @property
     def matmul_memory_budget(self) -> int:

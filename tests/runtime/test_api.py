@@ -325,11 +325,11 @@ def test_a_mesh_larger_than_a_pod256_is_a_config_error() -> None:
         ipujax.make_mesh((512,), ("dp",))
 
 
-def test_phases_auto_is_a_config_error() -> None:
-    with pytest.raises(ipujax.ConfigError, match="phases"):
-        ipujax.jit(_affine, mesh=MESH, phases="auto").lower(X, Y)
-    with pytest.raises(ipujax.ConfigError):
-        ipujax.jit(_affine, mesh=MESH, phases="auto")(X, Y)
+def test_unknown_phases_setting_is_a_config_error() -> None:
+    with pytest.raises(ipujax.ConfigError, match="phases='sometimes' is not understood"):
+        ipujax.jit(_affine, mesh=MESH, phases="sometimes").lower(X, Y).compile()
+    with pytest.raises(ipujax.ConfigError, match="named_scope"):
+        ipujax.jit(_affine, mesh=MESH, phases=["no_such_scope"])(X, Y)
 
 
 def test_unknown_mesh_axis_is_a_sharding_error() -> None:
