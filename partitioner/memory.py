@@ -118,11 +118,12 @@ def _spans(first: int, uses: list[int], phases: PhaseBounds | None) -> tuple[tup
 
 def storages(program: Program, phases: PhaseBounds | None = None) -> tuple[Storage, ...]:
     made, reads, constants = _uses(program)
-    owners = {v for v in program.layouts if v in made or v in program.inputs}
+    inputs = set(program.inputs)
+    owners = {v for v in program.layouts if v in made or v in inputs}
     found = []
     for value in owners:
-        always = value in constants or (value in program.inputs and phases is None)
-        if value in program.inputs:
+        always = value in constants or (value in inputs and phases is None)
+        if value in inputs:
             uses = reads.get(value, [])
             first = min(uses, default=0)
             spans = _spans(first, uses, phases) if phases is not None else ((0, 0),)

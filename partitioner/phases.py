@@ -167,12 +167,13 @@ def streaming(
     count = len(plan.bounds.bounds)
     loads, stores, gathers = [0] * count, [0] * count, [0] * count
     outputs = set(program.outputs)
+    inputs = set(program.inputs)
     for s in storages:
         phases = [plan.bounds.phase_of(a) for a, _ in s.spans]
         if not phases:
             continue
         share = _rts_share(s.value, replicas, replicated)
-        is_input = s.value in program.inputs
+        is_input = s.value in inputs
         loaded = phases if is_input else phases[1:]
         for phase in loaded:
             loads[phase] += share
@@ -189,8 +190,9 @@ def streaming_capacity_needed(
     """Bytes one IPU keeps in streaming memory: its share of every argument and output, and
     every activation stored between phases."""
     total = 0
+    kept = set(program.inputs) | set(program.outputs)
     for s in storages:
-        if s.value in program.inputs or s.value in program.outputs or len(s.spans) > 1:
+        if s.value in kept or len(s.spans) > 1:
             total += _rts_share(s.value, replicas, replicated)
     return total
 
