@@ -448,10 +448,13 @@ def _sharding_constraint_eval_rule(x: Array, **sharding: Any) -> tuple[Array, ..
 # ---- over the IPUs of mesh axes (named axes of the runtime's vmap) ----------------------------
 
 
+_ALL_REDUCES = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
+
+
 def _all_reduce_eval_rule(
-    x: Array, *, axes: tuple[str, ...], group_size: int, **why: Any
+    x: Array, *, axes: tuple[str, ...], group_size: int, reduction: str = "sum", **why: Any
 ) -> tuple[Array, ...]:
-    return (lax.psum(x, axes),)
+    return (_ALL_REDUCES[reduction](x, axes),)
 
 
 def _all_gather_eval_rule(

@@ -85,23 +85,28 @@ def _dot_general_factor_rule(op: Op) -> Factors:
     return Factors((tuple(left), tuple(right)), (result,), tuple(sizes), reduction, "dot_general")
 
 
-def _sums(op: Op) -> bool:
-    """Whether a reduce's region is a plain sum of its two inputs."""
+# Reductions that split across IPUs: each IPU reduces its part, then a collective of the same
+# kind finishes the job (a sum stays a pending partial sum; max and min finish at once).
+SPLITTABLE_REDUCTIONS = {"add": "sum", "maximum": "max", "minimum": "min"}
+
+
+def reduction_kind(op: Op) -> str | None:
+    """ "sum", "max" or "min" when a reduce's region is that one op on its two inputs."""
+    if len(op.operands) != 2:
+        return None
     (region,) = op.regions
-    return (
-        len(region.ops) == 1
-        and region.ops[0].name == "add"
-        and set(region.ops[0].operands) == set(region.inputs)
-    )
+    if len(region.ops) != 1 or set(region.ops[0].operands) != set(region.inputs):
+        return None
+    return SPLITTABLE_REDUCTIONS.get(region.ops[0].name)
 
 
 def _reduce_factor_rule(op: Op) -> Factors:
     x = op.operands[0]
     dims = op.attrs["dimensions"]
     kept = [d for d in range(len(x.shape)) if d not in dims]
-    # A sum can be split across IPUs and finished by an AllReduce; other reductions (max,
-    # argmax) are gathered whole first.
-    splittable = len(op.operands) == 2 and _sums(op)
+    # A sum, max or min can be split across IPUs and finished by an AllReduce of that kind;
+    # other reductions (argmax, products) are gathered whole first.
+    splittable = reduction_kind(op) is not None
     operand = tuple(d if d in kept or splittable else None for d in range(len(x.shape)))
     half = len(op.operands) // 2
     operands = (operand,) * half + ((),) * half

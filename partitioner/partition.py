@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from lowering import Graph, Op, SourceLoc, Value, free_values, infer_types, walk
-from partitioner.factor_rules import FACTOR_RULES, Factors
+from partitioner.factor_rules import FACTOR_RULES, Factors, reduction_kind
 from partitioner.propagation import Propagated
 from partitioner.sharding import Axes, Sharding
 
@@ -159,15 +159,24 @@ class _Builder:
             x = self.unpad(x, dim, size, loc)
         return self.shard_slice(x, dim, want, loc) if want else x
 
-    def mask(self, x: Value, dim: int, axes: Axes, size: int, loc: SourceLoc) -> Value:
+    def mask(
+        self, x: Value, dim: int, axes: Axes, size: int, loc: SourceLoc, kind: str | None = "sum"
+    ) -> Value:
         attrs = {
             "axes": axes,
             "group_size": self.group(axes),
             "dimension": dim,
             "size": size,
-            "fill": np.zeros((), x.dtype),
+            "fill": _identity(kind, x.dtype),
         }
         return self.emit("shard_mask", [x], attrs, loc)[0]
+
+
+def _identity(kind: str | None, dtype: np.dtype) -> np.ndarray:
+    if kind in ("max", "min"):
+        big = np.inf if dtype.kind == "f" or dtype.kind == "V" else np.iinfo(dtype).max
+        return np.asarray(-big if kind == "max" else big).astype(dtype)
+    return np.zeros((), dtype)
 
 
 # ---- per-op rewriting --------------------------------------------------------------------
@@ -291,6 +300,11 @@ class _Partitioner:
             return False
         partial = tuple(a for f in sorted(factors.reduction) for a in axes[f])
         made = self.b.emit(op.name, operands, attrs, op.loc, op.regions)
+        kind = reduction_kind(op) if op.name == "reduce" else None
+        if partial and kind in ("max", "min"):  # no pending max: finish it now
+            why = f"{op.name} ({kind}) at {op.loc} over a split dimension"
+            made = (self.b.collective("all_reduce", made[0], partial, op.loc, why, reduction=kind),)
+            partial = ()
         for value, local, sharding in zip(op.results, made, results, strict=True):
             self.local[value] = (local, Sharding(sharding.dims, partial))
         return True
@@ -298,7 +312,9 @@ class _Partitioner:
     def mask_reductions(
         self, op: Op, factors: Factors, axes: tuple[Axes, ...], operands: list[Value]
     ) -> list[Value]:
-        """Zero the padding of unevenly split reduction dims before a sum reads it."""
+        """Fill the padding of unevenly split reduction dims with the reduction's identity
+        (0 for sums and contractions, -inf for max, +inf for min) before it is read."""
+        kind = reduction_kind(op) if op.name == "reduce" else "sum"
         for f in factors.reduction:
             if not axes[f] or factors.sizes[f] % self.b.group(axes[f]) == 0:
                 continue
@@ -306,7 +322,7 @@ class _Partitioner:
                 for dim, factor in enumerate(dims):
                     if factor == f:
                         operands[i] = self.b.mask(
-                            operands[i], dim, axes[f], factors.sizes[f], op.loc
+                            operands[i], dim, axes[f], factors.sizes[f], op.loc, kind
                         )
         return operands
 
