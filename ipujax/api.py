@@ -29,11 +29,11 @@ from ipujax.pipeline import Built, build
 from ipujax.printer import format_program
 from ipujax.report import CostReport
 from ipujax.runtime import run_step_by_step
-from ipujax.sharded import explain
+from ipujax.sharded import explain, user_shardings
 from ipujax.specs import input_specs, output_specs
 from lowering import Graph, lower
 from lowering.evaluator import flatten_args
-from partitioner.errors import ConfigError, ShardingError
+from partitioner.errors import ConfigError
 from partitioner.program import Task
 
 
@@ -200,9 +200,9 @@ class Jitted:
         # Under the mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces.
         with jax.sharding.use_abstract_mesh(AbstractMesh(mesh.axis_shapes, mesh.axis_names)):
             graph = lower(dynamic, *dyn_args, **dyn_kwargs)
-        _check_shardings(self._options, graph)
         in_specs = input_specs(self._options.in_shardings, dyn_args, dyn_kwargs)
         out_specs = output_specs(self._options.out_shardings, graph.out_tree)
+        user_shardings(graph, mesh, in_specs, out_specs)
         donate = self._donated(dyn_args, len(args))
         return Lowered(graph, self._options, donate, in_specs, out_specs)
 
@@ -240,29 +240,6 @@ def _name_parameters(dynamic: Any, fun: Callable[..., Any], positions: set, name
         return
     kept = [p for i, p in enumerate(params) if i not in positions and p.name not in names]
     dynamic.__signature__ = inspect.Signature(kept)
-
-
-def _specs(tree: Any) -> list[PartitionSpec]:
-    return [
-        leaf
-        for leaf in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, PartitionSpec))
-        if isinstance(leaf, PartitionSpec)
-    ]
-
-
-def _check_shardings(options: _Options, graph: Graph) -> None:
-    """On one IPU every mesh axis has size 1, so any valid spec means replication; check that
-    the specs name only the mesh's axes."""
-    names = set(options.mesh.axis_names)
-    for spec in _specs(options.in_shardings) + _specs(options.out_shardings):
-        for entry in spec:
-            axes = entry if isinstance(entry, tuple) else (entry,)
-            unknown = [a for a in axes if a is not None and a not in names]
-            if unknown:
-                raise ShardingError(
-                    f"PartitionSpec {spec} names the axes {unknown}, which the mesh "
-                    f"{options.mesh} does not have; use the mesh's axes {sorted(names)}"
-                )
 
 
 def _as_tuple(value: int | str | Sequence[Any] | None) -> tuple:

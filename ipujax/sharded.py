@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from jax.sharding import PartitionSpec
 
 from ipujax.mesh import Mesh
-from lowering import Graph
+from lowering import Graph, Value
 from lowering.vocabulary import COLLECTIVES
 from partitioner.links import ring_bytes
 from partitioner.partition import Partitioned, partition
@@ -17,12 +17,14 @@ from partitioner.propagation import propagate_shardings
 from partitioner.sharding import Sharding, from_spec
 
 
-def partition_program(
+def user_shardings(
     graph: Graph,
     mesh: Mesh,
     in_specs: Sequence[PartitionSpec | None],
     out_specs: Sequence[PartitionSpec | None],
-) -> Partitioned:
+) -> tuple[dict[Value, Sharding], dict[int, Sharding]]:
+    """The user's specs as shardings of the graph's inputs and outputs, checked against the
+    mesh and each tensor's rank (on one IPU too, where every valid spec means replication)."""
     sizes = mesh.shape
     names = graph.input_names or tuple(f"argument {i}" for i in range(len(graph.inputs)))
     inputs = {
@@ -35,9 +37,19 @@ def partition_program(
         for i, (value, spec) in enumerate(zip(graph.outputs, out_specs, strict=True))
         if spec is not None
     }
+    return inputs, outputs
+
+
+def partition_program(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+) -> Partitioned:
+    inputs, outputs = user_shardings(graph, mesh, in_specs, out_specs)
     fixed_outputs = {graph.outputs[i]: s for i, s in outputs.items()}
     propagated = propagate_shardings(graph, inputs, fixed_outputs)
-    return partition(graph, propagated, sizes, outputs)
+    return partition(graph, propagated, mesh.shape, outputs)
 
 
 def axis_traffic(graph: Graph) -> dict[str, int]:

@@ -19,7 +19,9 @@ def _is_spec_leaf(x: Any) -> bool:
     return x is None or isinstance(x, PartitionSpec)
 
 
-def per_leaf(prefix: Any, tree: Any, what: str) -> list[PartitionSpec | None]:
+def per_leaf(
+    prefix: Any, tree: Any, what: str, against: str = "the arguments'"
+) -> list[PartitionSpec | None]:
     """One spec (or None) per leaf of `tree`, broadcasting the prefix tree `prefix`."""
     if _is_spec_leaf(prefix):
         return [prefix] * len(jax.tree.leaves(tree))
@@ -28,7 +30,7 @@ def per_leaf(prefix: Any, tree: Any, what: str) -> list[PartitionSpec | None]:
         subtrees = structure.flatten_up_to(tree)  # type: ignore[attr-defined]
     except (ValueError, TypeError) as error:
         raise ShardingError(
-            f"{what} has structure {structure}, which is not a prefix of the arguments' "
+            f"{what} has structure {structure}, which is not a prefix of {against} "
             f"structure {jax.tree.structure(tree)}: {error}"
         ) from None
     flat: list[PartitionSpec | None] = []
@@ -52,4 +54,4 @@ def input_specs(in_shardings: Any, args: tuple, kwargs: dict) -> list[PartitionS
 
 def output_specs(out_shardings: Any, out_tree: Any) -> list[PartitionSpec | None]:
     dummy = jax.tree.unflatten(out_tree, [0] * out_tree.num_leaves)
-    return per_leaf(out_shardings, dummy, "out_shardings")
+    return per_leaf(out_shardings, dummy, "out_shardings", "the outputs'")

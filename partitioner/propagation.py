@@ -4,10 +4,10 @@ User annotations come first and never change: `in_shardings`, `out_shardings` an
 `with_sharding_constraint`. Then, forward and backward over the ops until nothing changes, each
 op's factors take axes from the tensors that already have shardings, and tensors that have none
 take the factors' axes. Conflicts are resolved in a fixed order that prefers less communication:
-1. non-reduction factors before reduction factors (sharding a reduction factor costs an
+1. a user-annotated tensor's axes before a propagated one's;
+2. non-reduction factors before reduction factors (sharding a reduction factor costs an
    AllReduce of the result; keeping a batch or row factor sharded costs at most a gather of the
    other operand);
-2. a user-annotated tensor's axes before a propagated one's;
 3. among equals, the larger tensor's axes (moving the smaller one is cheaper);
 4. an axis already taken by an earlier factor is skipped.
 Every sharding records its origin, so `Compiled.explain()` can say where it came from.
@@ -51,7 +51,7 @@ def _candidates(
                     -value.size,
                 )
                 found.append((rank, factor, sharding.dims[dim]))
-    return sorted(found, key=lambda c: (c[0][1], c[0][0], c[0][2], c[1]))
+    return sorted(found, key=lambda c: (c[0][0], c[0][1], c[0][2], c[1]))
 
 
 def decide_factors(

@@ -77,9 +77,10 @@ def _check_axes(dims: list[Axes], mesh: Mapping[str, int], spec: object, what: s
     used = [a for d in dims for a in d]
     unknown = [a for a in used if a not in mesh]
     if unknown:
+        axes = ", ".join(f"{a}={n}" for a, n in mesh.items())
         raise ShardingError(
-            f"{what}: PartitionSpec {spec} names the axes {unknown}, which the mesh does not "
-            f"have; use the mesh's axes {sorted(mesh)}"
+            f"{what}: PartitionSpec {spec} names the axes {unknown}, which the mesh ({axes}) "
+            f"does not have; use the mesh's axes {sorted(mesh)}"
         )
     repeated = sorted({a for a in used if used.count(a) > 1})
     if repeated:

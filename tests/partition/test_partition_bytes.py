@@ -1,0 +1,194 @@
+"""IPU-Link bytes against the ring closed forms of ipu_facts.md ("Systems"): an AllReduce sends
+2 (n-1)/n N bytes per participant for an N-byte buffer, AllGather and ReduceScatter (n-1)/n N
+(N the whole, gathered size). The FFN x [T, h] @ w1 [h, 4h] -> gelu -> @ w2 [4h, h] in f32
+(e = 4) under Megatron 1D, data parallelism and 2D tensor parallelism."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+from partition_helpers import (
+    F32,
+    all_reduce_bytes,
+    buffer_bytes,
+    collectives,
+    compile_sharded,
+    ffn,
+    ffn_args,
+    ffn_value_and_grads,
+    gather_bytes,
+    mesh,
+    summary,
+    target,
+)
+
+import ipujax
+from lowering import lower
+from partitioner.links import LinkModel
+from partitioner.partition import partition
+from partitioner.propagation import propagate_shardings
+from partitioner.schedule import schedule
+from partitioner.sharding import Sharding
+
+T, H = 16, 8  # tokens and hidden width of the FFN
+
+
+def _check_report_totals(compiled: ipujax.Compiled) -> None:
+    """Every collective's bytes are its ring's closed form for its own buffer, and the report's
+    IPU-Link total is the per-IPU bytes times the IPUs."""
+    report = compiled.cost_report()
+    for cost, op in collectives(compiled):
+        n, buffer = op.attrs["group_size"], buffer_bytes(op)
+        ring = all_reduce_bytes if op.name == "all_reduce" else gather_bytes
+        assert cost.bytes_per_ipu == ring(n, buffer), (cost, op.operands[0].shape)
+    assert report.ipu_link_bytes == sum(c.bytes_per_ipu for c in report.collectives) * report.ipus
+    assert report.ipus == compiled.mesh.ipus
+
+
+def _all_reduces(compiled: ipujax.Compiled) -> list[tuple[tuple[str, ...], tuple[int, ...], int]]:
+    """(axes, per-IPU buffer shape, bytes per IPU) of each AllReduce; fails on other kinds."""
+    found = []
+    for cost, op in collectives(compiled):
+        assert op.name == "all_reduce", summary(compiled)
+        found.append((tuple(op.attrs["axes"]), tuple(op.operands[0].shape), cost.bytes_per_ipu))
+    return found
+
+
+# ---- (a) Megatron 1D: one AllReduce of [T, h] forward, one backward ------------------------------
+
+MEGATRON = (P(), P(None, "tp"), P("tp", None))
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_megatron_forward_is_one_all_reduce_of_the_output(p: int) -> None:
+    compiled = compile_sharded(ffn, mesh((p,), ("tp",)), ffn_args(T, H), MEGATRON, P())
+    expected = all_reduce_bytes(p, T * H * F32)
+    assert expected == 2 * (p - 1) * T * H * F32 // p
+    assert _all_reduces(compiled) == [(("tp",), (T, H), expected)]
+    (cost,) = compiled.cost_report().collectives
+    assert cost.group_size == p
+    _check_report_totals(compiled)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_megatron_forward_and_backward_cost_the_per_layer_mlp_figure(p: int) -> None:
+    compiled = compile_sharded(ffn_value_and_grads, mesh((p,), ("tp",)), ffn_args(T, H), MEGATRON)
+    found = _all_reduces(compiled)
+    activations = [bytes_ for axes, shape, bytes_ in found if axes == ("tp",) and shape == (T, H)]
+    assert len(activations) == 2, found  # after the row-parallel matmul, and for dL/dx
+    # The output is whole after the forward AllReduce, so the loss needs no reduction of its
+    # own: nothing else crosses the links.
+    assert len(found) == 2, found
+    assert sum(activations) == 2 * all_reduce_bytes(p, T * H * F32)
+    assert sum(activations) == 4 * (p - 1) * T * H * F32 // p  # half of 8 (p-1)/p T h e
+    _check_report_totals(compiled)
+
+
+# ---- (b) data parallelism: the weight gradients' AllReduce, and the loss -------------------------
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_data_parallel_gradients_all_reduce_the_parameters(n: int) -> None:
+    specs = (P("dp"), P(), P())
+    compiled = compile_sharded(ffn_value_and_grads, mesh((n,), ("dp",)), ffn_args(T, H), specs)
+    found = _all_reduces(compiled)
+    assert {axes for axes, _, _ in found} == {("dp",)}
+    weights = [(shape, b) for _, shape, b in found if shape != ()]
+    scalars = [b for _, shape, b in found if shape == ()]
+    assert sorted(shape for shape, _ in weights) == [(H, 4 * H), (4 * H, H)]
+    param_bytes = 2 * H * 4 * H * F32
+    assert sum(b for _, b in weights) == 2 * (n - 1) * param_bytes // n
+    assert scalars == [all_reduce_bytes(n, F32)]  # the loss, summed over the batch's shards
+    _check_report_totals(compiled)
+
+
+# ---- (c) 2D tensor parallelism -------------------------------------------------------------------
+
+TWO_D = (P(None, "tp2"), P("tp2", "tp1"), P("tp1", "tp2"))
+
+
+def _two_d_expected(tp1: int, tp2: int) -> Counter:
+    first = (("tp2",), (T, 4 * H // tp1), all_reduce_bytes(tp2, T * 4 * H // tp1 * F32))
+    second = (("tp1",), (T, H // tp2), all_reduce_bytes(tp1, T * H // tp2 * F32))
+    return Counter([first, second])
+
+
+@pytest.mark.parametrize("tp1,tp2", [(2, 2), (2, 4)])
+def test_two_d_forward_all_reduces_over_tp2_then_tp1(tp1: int, tp2: int) -> None:
+    the_mesh = mesh((tp1, tp2), ("tp1", "tp2"))
+    compiled = compile_sharded(ffn, the_mesh, ffn_args(T, H), TWO_D)
+    found = _all_reduces(compiled)
+    assert Counter(found) == _two_d_expected(tp1, tp2)
+    assert [axes for axes, _, _ in found] == [("tp2",), ("tp1",)]  # first matmul, then second
+    _check_report_totals(compiled)
+
+
+@pytest.mark.parametrize("tp1,tp2", [(2, 2), (2, 4)])
+def test_two_d_backward_repeats_the_forward_all_reduces(tp1: int, tp2: int) -> None:
+    the_mesh = mesh((tp1, tp2), ("tp1", "tp2"))
+    compiled = compile_sharded(ffn_value_and_grads, the_mesh, ffn_args(T, H), TWO_D)
+    found = Counter(_all_reduces(compiled))
+    # The loss sums an output split over tp2: one scalar AllReduce over tp2.
+    loss = (("tp2",), (), all_reduce_bytes(tp2, F32))
+    assert found == _two_d_expected(tp1, tp2) + _two_d_expected(tp1, tp2) + Counter([loss])
+    _check_report_totals(compiled)
+
+
+# ---- AllGather and ReduceScatter -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_all_gather_sends_the_missing_share_of_the_whole(n: int) -> None:
+    x = jax.ShapeDtypeStruct((T, H), jnp.float32)
+    compiled = compile_sharded(jnp.tanh, mesh((n,), ("dp",)), (x,), (P("dp"),), P())
+    ((cost, op),) = collectives(compiled)
+    assert (op.name, tuple(op.results[0].shape)) == ("all_gather", (T, H))
+    assert cost.bytes_per_ipu == (n - 1) * T * H * F32 // n
+    _check_report_totals(compiled)
+
+
+def _row_parallel(x: jax.Array, w: jax.Array) -> jax.Array:
+    return x @ w
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_reduce_scatter_of_a_partial_sum_sends_the_missing_share(n: int) -> None:
+    """The partitioner's own path: a row-parallel matmul's partial sum delivered split by rows
+    is reduce-scattered, and the scheduler charges (n-1)/n of the whole [T, 2h] sum."""
+    x = jax.ShapeDtypeStruct((T, H), jnp.float32)
+    w = jax.ShapeDtypeStruct((H, 2 * H), jnp.float32)
+    graph = lower(_row_parallel, x, w)
+    sizes = {"dp": n}
+    split_k = {graph.inputs[0]: Sharding(((), ("dp",))), graph.inputs[1]: Sharding((("dp",), ()))}
+    prop = propagate_shardings(graph, split_k, {})
+    assert prop.op_factors[graph.ops[0]] == ((), (), ("dp",))  # M, N, K: K is split
+    rows = Sharding((("dp",), ()))
+    part = partition(graph, prop, sizes, {0: rows})
+    assert [op.name for op in part.graph.ops] == ["dot_general", "reduce_scatter"]
+    scatter = part.graph.ops[1]
+    assert scatter.operands[0].shape == (T, 2 * H) and scatter.results[0].shape == (T // n, 2 * H)
+    links = LinkModel.place(sizes, {"dp": 1}, target())
+    program = schedule(part.graph, target(), links)
+    (step,) = [s for s in program.supersteps if s.kind == "collective"]
+    assert step.link_bytes == (n - 1) * T * 2 * H * F32 // n
+    assert step.link_cycles == target().link_cycles(step.link_bytes, n - 1, False)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="propagation ranks the output's (non-reduction) row factor before the in_shardings' "
+    "contracting factor whatever the sizes, so out_shardings P('dp') of x[8,64] @ w[64,8] split "
+    "over K all-gathers x and w (1536 B per IPU) instead of reduce-scattering the 256 B sum "
+    "(128 B per IPU)",
+)
+def test_row_parallel_output_split_by_rows_is_reduce_scattered() -> None:
+    x = jax.ShapeDtypeStruct((8, 64), jnp.float32)
+    w = jax.ShapeDtypeStruct((64, 8), jnp.float32)
+    specs = (P(None, "dp"), P("dp", None))
+    compiled = compile_sharded(_row_parallel, mesh((2,), ("dp",)), (x, w), specs, P("dp"))
+    assert summary(compiled) == [("reduce_scatter", ("dp",), (8, 8))]
+    assert compiled.cost_report().ipu_link_bytes == 2 * gather_bytes(2, 8 * 8 * F32)

@@ -1,0 +1,225 @@
+"""IPU-Link costs derived by hand from ipu_facts.md: link bandwidth x 0.85 over a bidirectional
+ring, 3,000 cycles per ring step, Gateway-Links beyond a Pod64, global sync of 15 ns per hop
+there and back with 1 + N/4 hops; where mesh axes sit among the physical IPUs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+from partition_helpers import collectives, compile_sharded, ffn, ffn_args, mesh
+
+import ipujax
+from partitioner.links import LinkModel, ring_bytes
+from partitioner.target import Target
+
+LINK = 128 * 2**30 // 8  # bytes/s each way per IPU-Link (128 x 2^30 bit/s)
+RING = Fraction(2 * LINK) * Fraction(85, 100)  # two links at 85%
+GATEWAY = Fraction(2 * 100 * 10**9, 8 * 4)  # 2 x 100 Gb/s per 4-IPU machine
+LATENCY = 3000
+
+
+def _hand_link_cycles(bytes_: int, steps: int, gateway: bool, clock: int) -> int:
+    rate = GATEWAY if gateway else RING
+    return math.ceil(Fraction(bytes_) * clock / rate) + steps * LATENCY
+
+
+# ---- Target's link constants and formulas --------------------------------------------------------
+
+
+def test_link_constants() -> None:
+    bow = Target.bow()
+    assert bow.ipu_link_bytes_per_second == 16 * 2**30
+    assert bow.ipu_link_efficiency == 0.85
+    assert bow.ring_links == 2
+    assert bow.ipu_link_latency_cycles == 3000
+    assert bow.gateway_bytes_per_second_per_ipu == 6.25e9
+
+
+def test_link_cycles_by_hand_examples() -> None:
+    bow = Target.bow()  # 1.85 GHz
+    # 1000 B: 1000 x 1.85e9 / (2 x 16 GiB/s x 0.85) = 63.3 -> 64 cycles, plus 2 steps x 3000.
+    assert bow.link_cycles(1000, 2, over_gateway=False) == 64 + 6000
+    # Over the Gateway: 1000 x 1.85e9 / 6.25e9 = 296 exactly.
+    assert bow.link_cycles(1000, 2, over_gateway=True) == 296 + 6000
+    # 1 MiB in one step: 2^20 x 1.85e9 / (2^35 x 0.85) = 66,420.6 -> 66,421.
+    assert bow.link_cycles(2**20, 1, over_gateway=False) == 66_421 + 3000
+    assert bow.link_cycles(0, 7, over_gateway=False) == 0  # nothing sent, nothing to wait for
+
+
+@pytest.mark.parametrize("bytes_", [1, 4, 768, 4096, 123_457, 10**7])
+@pytest.mark.parametrize("steps", [1, 6, 14])
+@pytest.mark.parametrize("gateway", [False, True])
+def test_link_cycles_formula(bytes_: int, steps: int, gateway: bool) -> None:
+    for target, clock in ((Target.bow(), 1_850_000_000), (Target.mk1(), 1_600_000_000)):
+        expected = _hand_link_cycles(bytes_, steps, gateway, clock)
+        assert target.link_cycles(bytes_, steps, gateway) == expected
+
+
+@pytest.mark.parametrize("ipus,cycles", [(2, 48), (4, 96), (16, 240), (64, 816)])
+def test_global_sync_cycles_of_ipu_facts(ipus: int, cycles: int) -> None:
+    mk1 = Target.mk1()
+    assert mk1.clock_hz == 1.6e9
+    assert mk1.global_sync_cycles(ipus) == cycles
+    # The formula, not the table: twice the hop time, or twice the clock, twice the cycles.
+    slower_hops = dataclasses.replace(mk1, global_sync_hop_seconds=30e-9)
+    faster_clock = dataclasses.replace(mk1, clock_hz=3.2e9)
+    assert slower_hops.global_sync_cycles(ipus) == 2 * cycles
+    assert faster_clock.global_sync_cycles(ipus) == 2 * cycles
+
+
+def test_global_sync_hops_grow_every_four_ipus() -> None:
+    mk1 = Target.mk1()
+    # hops = 1 + N // 4; 48 cycles per hop at 1.6 GHz.
+    assert [mk1.global_sync_cycles(n) for n in (2, 3, 4, 7, 8, 128, 256)] == [
+        48,
+        48,
+        96,
+        96,
+        144,
+        48 * 33,
+        48 * 65,
+    ]
+
+
+# ---- ring closed forms ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8, 64])
+@pytest.mark.parametrize("buffer", [4, 10, 1000, 4096])
+def test_ring_bytes(kind: str, group: int, buffer: int) -> None:
+    sent, steps = ring_bytes(kind, buffer, group)
+    if group == 1:
+        assert (sent, steps) == (0, 0)
+    elif kind == "all_reduce":  # 2 (n-1)/n N in 2 (n-1) steps
+        assert (sent, steps) == (
+            math.ceil(Fraction(2 * (group - 1) * buffer, group)),
+            2 * group - 2,
+        )
+    else:  # (n-1)/n N in n-1 steps
+        assert (sent, steps) == (math.ceil(Fraction((group - 1) * buffer, group)), group - 1)
+
+
+def test_ring_bytes_examples() -> None:
+    assert ring_bytes("all_reduce", 1000, 4) == (1500, 6)
+    assert ring_bytes("all_gather", 1000, 4) == (750, 3)
+    assert ring_bytes("reduce_scatter", 1000, 4) == (750, 3)
+    assert ring_bytes("all_to_all", 1000, 4) == (750, 3)
+    assert ring_bytes("all_reduce", 10, 3) == (14, 4)  # 40/3 rounded up
+
+
+# ---- where mesh axes sit: LinkModel --------------------------------------------------------------
+
+MACHINE = "IPU-Links within a machine"
+POD64 = "IPU-Links within a Pod64"
+GATEWAY_ROUTE = "Gateway-Links between Pod64s"
+
+
+def test_place_puts_the_busiest_axis_innermost() -> None:
+    sizes = {"dp": 4, "tp": 4}
+    model = LinkModel.place(sizes, {"dp": 10, "tp": 1000}, Target.bow())
+    assert model.placement == ("tp", "dp")
+    assert (model.stride("tp"), model.stride("dp")) == (1, 4)
+    assert model.route(["tp"]) == MACHINE
+    assert model.span(["dp"]) == 13 and model.route(["dp"]) == POD64
+    # Ties (and axes without traffic) keep the mesh's order.
+    assert LinkModel.place(sizes, {}, Target.bow()).placement == ("dp", "tp")
+    assert LinkModel.place(sizes, {"dp": 5, "tp": 5}, Target.bow()).placement == ("dp", "tp")
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (64, 4)])
+def test_routes_of_a_256_ipu_mesh(shape: tuple[int, int]) -> None:
+    sizes = dict(zip(("a", "b"), shape, strict=True))
+    small = "a" if sizes["a"] == 4 else "b"
+    large = "b" if small == "a" else "a"
+    # The 4-IPU axis innermost: it stays in a machine; the 64 axis spans 253 IPUs.
+    inner_small = LinkModel.place(sizes, {small: 2, large: 1}, Target.bow())
+    assert inner_small.placement == (small, large)
+    assert inner_small.route([small]) == MACHINE
+    assert inner_small.span([large]) == 1 + 63 * 4
+    assert inner_small.route([large]) == GATEWAY_ROUTE
+    # The 64 axis innermost: a whole Pod64; the 4 axis strides over Pod64s.
+    inner_large = LinkModel.place(sizes, {small: 1, large: 2}, Target.bow())
+    assert inner_large.placement == (large, small)
+    assert inner_large.route([large]) == POD64
+    assert inner_large.span([small]) == 1 + 3 * 64
+    assert inner_large.route([small]) == GATEWAY_ROUTE
+    for model in (inner_small, inner_large):
+        assert model.span(["a", "b"]) == 256
+        assert model.route(["a", "b"]) == GATEWAY_ROUTE
+
+
+def test_route_boundaries() -> None:
+    for n, route in ((2, MACHINE), (4, MACHINE), (5, POD64), (64, POD64), (65, GATEWAY_ROUTE)):
+        assert LinkModel.place({"x": n}, {}, Target.bow()).route(["x"]) == route
+
+
+def test_link_model_cost_over_the_gateway() -> None:
+    bow = Target.bow()
+    model = LinkModel.place({"a": 4, "b": 64}, {"a": 2, "b": 1}, bow)
+    cost = model.cost("all_reduce", ["b"], 4096)
+    assert (cost.bytes_per_ipu, cost.steps) == (math.ceil(2 * 63 * 4096 / 64), 126)
+    assert cost.route == GATEWAY_ROUTE
+    assert cost.link_cycles == _hand_link_cycles(cost.bytes_per_ipu, 126, True, 1_850_000_000)
+    assert cost.sync_cycles == bow.global_sync_cycles(64)
+    inside = model.cost("all_gather", ["a"], 4096)
+    assert (inside.bytes_per_ipu, inside.steps, inside.route) == (3072, 3, MACHINE)
+    assert inside.link_cycles == _hand_link_cycles(3072, 3, False, 1_850_000_000)
+    assert inside.sync_cycles == bow.global_sync_cycles(4)
+
+
+# ---- the report's collectives cost link cycles plus a global sync of their group -----------------
+
+
+def _route(why: str) -> str:
+    match = re.search(r"over ((IPU|Gateway)-Links[^;]*)$", why)
+    assert match, why
+    return match.group(1)
+
+
+def _check_collective_cycles(compiled: ipujax.Compiled) -> list[str]:
+    target = compiled.mesh.target
+    routes = []
+    found = collectives(compiled)
+    assert found
+    for cost, op in found:
+        n = cost.group_size
+        steps = 2 * (n - 1) if op.name == "all_reduce" else n - 1
+        route = _route(cost.why)
+        gateway = route == GATEWAY_ROUTE
+        link = target.link_cycles(cost.bytes_per_ipu, steps, gateway)
+        assert cost.cycles == link + target.global_sync_cycles(n)
+        clock = int(target.clock_hz)
+        assert link == _hand_link_cycles(cost.bytes_per_ipu, steps, gateway, clock)
+        routes.append(route)
+    return routes
+
+
+def test_report_cycles_of_a_two_d_ffn() -> None:
+    # tp2 (size 4) moves more bytes, so it sits inside a machine; tp1 strides by 4 IPUs.
+    specs = (P(None, "tp2"), P("tp2", "tp1"), P("tp1", "tp2"))
+    the_mesh = mesh((2, 4), ("tp1", "tp2"))
+    compiled = compile_sharded(ffn, the_mesh, ffn_args(16, 8), specs)
+    routes = _check_collective_cycles(compiled)
+    axes = [cost.axes for cost in compiled.cost_report().collectives]
+    assert dict(zip(axes, routes, strict=True)) == {("tp2",): MACHINE, ("tp1",): POD64}
+
+
+@pytest.mark.parametrize("ipus,route", [(4, MACHINE), (8, POD64), (128, GATEWAY_ROUTE)])
+def test_report_cycles_of_a_data_parallel_sum(ipus: int, route: str) -> None:
+    x = jax.ShapeDtypeStruct((2 * ipus, 8), jnp.float32)
+    compiled = compile_sharded(jnp.sum, mesh((ipus,), ("dp",)), (x,), (P("dp"),))
+    assert _check_collective_cycles(compiled) == [route]
+    (cost,) = compiled.cost_report().collectives
+    assert (cost.kind, cost.group_size, cost.bytes_per_ipu) == (
+        "all_reduce",
+        ipus,
+        math.ceil(2 * (ipus - 1) * 4 / ipus),
+    )
