@@ -135,6 +135,7 @@ COST_RULES: dict[str, CostRule] = {
     "all_to_all": _movement_cost_rule,
     "shard_slice": _movement_cost_rule,
     "shard_mask": _elementwise_cost_rule,
+    "shard_index": _elementwise_cost_rule,
     **{name: _elementwise_cost_rule for name in ELEMENTWISE},
     **{name: _transcendental_cost_rule for name in TRANSCENDENTAL},
     **{name: _movement_cost_rule for name in DATA_MOVEMENT | SOURCES},

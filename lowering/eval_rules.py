@@ -501,7 +501,21 @@ def _shard_mask_eval_rule(
     return (lax.select(valid, x, lax.full_like(x, fill)),)
 
 
+def _shard_index_eval_rule(
+    indices: Array, *, axes: tuple[str, ...], group_size: int, size: int
+) -> tuple[Array, ...]:
+    """Indices into a dimension split over `axes`, made local to this IPU's `size` rows, and
+    whether each falls in this IPU's rows (a vocabulary-parallel embedding lookup)."""
+    offset = lax.mul(lax.axis_index(axes), np.int32(size)).astype(indices.dtype)
+    local = lax.sub(indices, lax.full_like(indices, offset))
+    inside = lax.bitwise_and(
+        lax.ge(local, lax.full_like(local, 0)), lax.lt(local, lax.full_like(local, size))
+    )
+    return local, inside
+
+
 EVAL_RULES: dict[str, EvalRule] = {
+    "shard_index": _shard_index_eval_rule,
     "all_reduce": _all_reduce_eval_rule,
     "all_gather": _all_gather_eval_rule,
     "reduce_scatter": _reduce_scatter_eval_rule,

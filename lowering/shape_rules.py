@@ -199,7 +199,12 @@ def _all_to_all_shape_rule(
     return (Aval(tuple(shape), x.dtype),)
 
 
+def _shard_index_shape_rule(indices: Aval, **attrs: Any) -> tuple[Aval, ...]:
+    return (Aval(indices.shape, indices.dtype), Aval(indices.shape, _BOOL))
+
+
 SHAPE_RULES: dict[str, ShapeRule] = {
+    "shard_index": _shard_index_shape_rule,
     "all_reduce": _same_as_first_shape_rule,
     "all_gather": _all_gather_shape_rule,
     "reduce_scatter": _split_shape_rule,

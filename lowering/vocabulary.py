@@ -63,7 +63,7 @@ CONTROL = frozenset({"while", "case", "optimization_barrier", "sharding_constrai
 # Ops over the IPUs of a mesh axis, which the partitioner inserts into the per-IPU program:
 # the collectives, and taking or masking this IPU's shard of a dimension.
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
-SHARD_OPS = frozenset({"shard_slice", "shard_mask"})
+SHARD_OPS = frozenset({"shard_slice", "shard_mask", "shard_index"})
 
 ELEMENTWISE = UNARY | UNARY_TYPED | BINARY | ELEMENTWISE_OTHER
 

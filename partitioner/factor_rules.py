@@ -266,7 +266,31 @@ def _gather_factor_rule(op: Op) -> Factors:
             opnd[w] = o
         else:
             result[o] = None
-    return Factors((tuple(opnd), tuple(idx)), (tuple(result),), out.shape, rule="gather")
+    sizes = list(out.shape)
+    reduction: frozenset[int] = frozenset()
+    looked_up = lookup_dim(op)
+    if looked_up is not None:
+        # A lookup into a table split along the looked-up dim: each IPU looks up the rows it
+        # holds, zeros the rest, and the partial results sum to the lookup (vocab-parallel).
+        opnd[looked_up] = len(sizes)
+        reduction = frozenset({len(sizes)})
+        sizes.append(operand.shape[looked_up])
+    operands = (tuple(opnd), tuple(idx))
+    return Factors(operands, (tuple(result),), tuple(sizes), reduction, "gather")
+
+
+def lookup_dim(op: Op) -> int | None:
+    """The operand dim a gather or scatter indexes one row at a time, if there is exactly one."""
+    a = op.attrs
+    if op.name == "gather":
+        dims, taken = a["start_index_map"], a["collapsed_slice_dims"]
+        single = len(dims) == 1 and a["slice_sizes"][dims[0]] == 1
+    else:
+        dims, taken = a["scatter_dims_to_operand_dims"], a["inserted_window_dims"]
+        single = len(dims) == 1
+    if single and dims[0] in taken and dims[0] not in a["operand_batching_dims"]:
+        return int(dims[0])
+    return None
 
 
 def _scatter_factor_rule(op: Op) -> Factors:
@@ -293,6 +317,11 @@ def _scatter_factor_rule(op: Op) -> Factors:
         opnd[ob] = ob
         idx[ib] = ob
         upd[scatter_upd[scatter_idx.index(ib)]] = ob
+    looked_up = lookup_dim(op)
+    if looked_up is not None:
+        # Scattering into a table split along the scattered dim: each IPU keeps the updates
+        # for its rows (the others fall out of bounds, which scatter drops).
+        opnd[looked_up] = looked_up
     dims = tuple(opnd)
     return Factors((dims, tuple(idx), tuple(upd)), (dims,), operand.shape, rule="scatter")
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from lowering import Graph, Op, SourceLoc, Value, free_values, infer_types, walk
-from partitioner.factor_rules import FACTOR_RULES, Factors, reduction_kind
+from partitioner.factor_rules import FACTOR_RULES, Factors, lookup_dim, reduction_kind
 from partitioner.propagation import Propagated
 from partitioner.sharding import Axes, Sharding
 
@@ -159,6 +159,34 @@ class _Builder:
             x = self.unpad(x, dim, size, loc)
         return self.shard_slice(x, dim, want, loc) if want else x
 
+    def split_lookup(
+        self, op: Op, operands: list[Value], attrs: dict, dim: int, axes: Axes
+    ) -> tuple[Value, ...]:
+        """A gather or scatter on a table split along the indexed dim: indices made local to
+        this IPU's rows; a gather zeros the rows it does not hold (its result is a partial
+        sum over `axes`), a scatter drops them (out-of-bounds updates are skipped)."""
+        table, indices = operands[0], operands[1]
+        index_attrs = {"axes": axes, "group_size": self.group(axes), "size": table.shape[dim]}
+        local, inside = self.emit("shard_index", [indices], index_attrs, op.loc)
+        if op.name == "scatter":
+            return self.emit("scatter", [table, local, *operands[2:]], attrs, op.loc, op.regions)
+        (found,) = self.emit("gather", [table, local, *operands[2:]], attrs, op.loc, op.regions)
+        return (self.keep_inside(found, inside, op),)
+
+    def keep_inside(self, found: Value, inside: Value, op: Op) -> Value:
+        """`found` where the index was this IPU's, zero elsewhere."""
+        vector = op.attrs["index_vector_dim"]
+        batch = tuple(d for d in range(len(found.shape)) if d not in op.attrs["offset_dims"])
+        if vector < len(inside.shape):
+            shape = tuple(n for d, n in enumerate(inside.shape) if d != vector)
+            (inside,) = self.emit("reshape", [inside], {"new_sizes": shape}, op.loc)
+        spread = {"shape": found.shape, "broadcast_dimensions": batch}
+        (inside,) = self.emit("broadcast_in_dim", [inside], spread, op.loc)
+        zero = self.emit("constant", [], {"value": np.zeros((), found.dtype)}, op.loc)[0]
+        spread = {"shape": found.shape, "broadcast_dimensions": ()}
+        (zeros,) = self.emit("broadcast_in_dim", [zero], spread, op.loc)
+        return self.emit("select", [inside, found, zeros], {}, op.loc)[0]
+
     def mask(
         self, x: Value, dim: int, axes: Axes, size: int, loc: SourceLoc, kind: str | None = "sum"
     ) -> Value:
@@ -170,6 +198,15 @@ class _Builder:
             "fill": _identity(kind, x.dtype),
         }
         return self.emit("shard_mask", [x], attrs, loc)[0]
+
+
+def _split(local: Value, whole: Value, dim: int) -> bool:
+    return local.shape[dim] != whole.shape[dim]
+
+
+def _axes_of(factors: Factors, axes: tuple[Axes, ...], operand: int, dim: int) -> Axes:
+    factor = factors.operands[operand][dim]
+    return () if factor is None else axes[factor]
 
 
 def _identity(kind: str | None, dtype: np.dtype) -> np.ndarray:
@@ -299,7 +336,13 @@ class _Partitioner:
             del self.b.ops[mark:]
             return False
         partial = tuple(a for f in sorted(factors.reduction) for a in axes[f])
-        made = self.b.emit(op.name, operands, attrs, op.loc, op.regions)
+        looked_up = lookup_dim(op) if op.name in ("gather", "scatter") else None
+        if looked_up is not None and _split(operands[0], op.operands[0], looked_up):
+            made = self.b.split_lookup(
+                op, operands, attrs, looked_up, _axes_of(factors, axes, 0, looked_up)
+            )
+        else:
+            made = self.b.emit(op.name, operands, attrs, op.loc, op.regions)
         kind = reduction_kind(op) if op.name == "reduce" else None
         if partial and kind in ("max", "min"):  # no pending max: finish it now
             why = f"{op.name} ({kind}) at {op.loc} over a split dimension"
