@@ -31,7 +31,7 @@ from ipujax.report import CostReport
 from ipujax.runtime import run_step_by_step
 from ipujax.sharded import explain, user_shardings
 from ipujax.specs import input_specs, output_specs
-from lowering import Graph, lower
+from lowering import Graph, eliminate_dead_code, lower
 from lowering.evaluator import flatten_args
 from partitioner.errors import ConfigError
 from partitioner.program import Task
@@ -199,7 +199,7 @@ class Jitted:
         mesh = self._options.mesh
         # Under the mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces.
         with jax.sharding.use_abstract_mesh(AbstractMesh(mesh.axis_shapes, mesh.axis_names)):
-            graph = lower(dynamic, *dyn_args, **dyn_kwargs)
+            graph = eliminate_dead_code(lower(dynamic, *dyn_args, **dyn_kwargs))
         in_specs = input_specs(self._options.in_shardings, dyn_args, dyn_kwargs)
         out_specs = output_specs(self._options.out_shardings, graph.out_tree)
         user_shardings(graph, mesh, in_specs, out_specs)

@@ -1,5 +1,6 @@
 """The compile pipeline, every pass in order, in one place.
 
+    (at lower: trace and import, then eliminate_dead_code)
 partition      (mesh of many IPUs) shardings -> per-IPU program with collectives
 place axes     mesh axes onto physical IPUs by the bytes their collectives move
 schedule       tile layouts, kernels and supersteps on the compute tiles

@@ -10,6 +10,7 @@ Per-op behaviour lives in tables keyed by op name, each covering `VOCABULARY`: `
 """
 
 from lowering.cost_rules import COST_RULES, OpCost, op_cost
+from lowering.dead_code import eliminate_dead_code
 from lowering.errors import (
     IpujaxError,
     LoweringError,
@@ -42,6 +43,7 @@ __all__ = [
     "Value",
     "VerifyError",
     "apply_rule",
+    "eliminate_dead_code",
     "evaluate",
     "free_values",
     "infer_types",
