@@ -220,8 +220,10 @@ def _dynamic_update_slice_factor_rule(op: Op) -> Factors:
 
 
 def _iota_factor_rule(op: Op) -> Factors:
+    """Every dim splits; along the counting dim (integers only) each IPU adds its offset."""
     shape = op.results[0].shape
-    dims = tuple(None if d == op.attrs["dimension"] else d for d in range(len(shape)))
+    whole = op.attrs["dimension"] if op.attrs["dtype"].kind not in "iu" else None
+    dims = tuple(None if d == whole else d for d in range(len(shape)))
     return Factors((), (dims,), shape, rule="iota")
 
 

@@ -173,6 +173,19 @@ class _Builder:
         (found,) = self.emit("gather", [table, local, *operands[2:]], attrs, op.loc, op.regions)
         return (self.keep_inside(found, inside, op),)
 
+    def split_iota(self, op: Op, attrs: dict, axes: Axes) -> Value:
+        """This IPU's part of an iota split along its counting dim: the local count plus the
+        IPU's offset (taken from shard_index of zeros, which is minus the offset)."""
+        (count,) = self.emit("iota", [], attrs, op.loc)
+        dtype = count.dtype
+        zero = self.emit("constant", [], {"value": np.zeros((), dtype)}, op.loc)[0]
+        spread = {"shape": count.shape, "broadcast_dimensions": ()}
+        (zeros,) = self.emit("broadcast_in_dim", [zero], spread, op.loc)
+        dim = attrs["dimension"]
+        index = {"axes": axes, "group_size": self.group(axes), "size": count.shape[dim]}
+        minus_offset, _ = self.emit("shard_index", [zeros], index, op.loc)
+        return self.emit("subtract", [count, minus_offset], {}, op.loc)[0]
+
     def keep_inside(self, found: Value, inside: Value, op: Op) -> Value:
         """`found` where the index was this IPU's, zero elsewhere."""
         vector = op.attrs["index_vector_dim"]
@@ -337,7 +350,10 @@ class _Partitioner:
             return False
         partial = tuple(a for f in sorted(factors.reduction) for a in axes[f])
         looked_up = lookup_dim(op) if op.name in ("gather", "scatter") else None
-        if looked_up is not None and _split(operands[0], op.operands[0], looked_up):
+        counting = op.attrs["dimension"] if op.name == "iota" else None
+        if counting is not None and local_shapes[0][counting] != op.results[0].shape[counting]:
+            made = (self.b.split_iota(op, attrs, results[0].dims[counting]),)
+        elif looked_up is not None and _split(operands[0], op.operands[0], looked_up):
             made = self.b.split_lookup(
                 op, operands, attrs, looked_up, _axes_of(factors, axes, 0, looked_up)
             )
