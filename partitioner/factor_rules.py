@@ -159,8 +159,13 @@ def _reshape_factor_rule(op: Op) -> Factors:
     left: list[int | None] = [None] * len(a)
     right: list[int | None] = [None] * len(b)
     sizes: list[int] = []
-    for lhs, rhs in _reshape_groups(a, b):
-        if (len(lhs) == 1 or len(rhs) == 1) and lhs and rhs and a[lhs[0]] > 1 and b[rhs[0]] > 1:
+    # Size-1 dims come and go freely; match the others.
+    real_a = [d for d, n in enumerate(a) if n != 1]
+    real_b = [d for d, n in enumerate(b) if n != 1]
+    groups = _reshape_groups(tuple(a[d] for d in real_a), tuple(b[d] for d in real_b))
+    for lhs_i, rhs_i in groups:
+        lhs, rhs = [real_a[i] for i in lhs_i], [real_b[i] for i in rhs_i]
+        if (len(lhs) == 1 or len(rhs) == 1) and lhs and rhs:
             f = len(sizes)
             sizes.append(min(a[lhs[0]], b[rhs[0]]))
             left[lhs[0]], right[rhs[0]] = f, f

@@ -10,7 +10,10 @@ take the factors' axes. Conflicts are resolved in a fixed order that prefers les
    other operand);
 3. among equals, the larger tensor's axes (moving the smaller one is cheaper);
 4. an axis already taken by an earlier factor is skipped.
-Every sharding records its origin, so `Compiled.explain()` can say where it came from.
+A propagated (not user-given) sharding stays open: a dimension still whole takes axes that a
+later sweep brings, if the tensor does not use them yet, so an early guess never blocks a better
+split found further on. Every sharding records its origin, so `Compiled.explain()` can say where
+it came from.
 """
 
 from __future__ import annotations
@@ -81,12 +84,30 @@ def _sweep(
         tensors = list(zip(op.operands, factors.operands, strict=True))
         tensors += list(zip(op.results, factors.results, strict=True))
         for value, dims in tensors:
-            if value in known or not any(f is not None and axes[f] for f in dims):
+            if value in fixed or not any(f is not None and axes[f] for f in dims):
                 continue
-            known[value] = _project(dims, axes)
+            proposed = _project(dims, axes)
+            refined = _refine(known.get(value), proposed)
+            if refined is None:
+                continue
+            known[value] = refined
             origins[value] = f"propagated through {op.name} ({factors.rule}) at {op.loc}"
             changed = True
     return changed
+
+
+def _refine(current: Sharding | None, proposed: Sharding) -> Sharding | None:
+    """A propagated sharding only grows: dims still whole take the proposed axes, if those
+    axes are not used elsewhere in the tensor (Shardy's open dimensions). None: no change."""
+    if current is None:
+        return proposed
+    used = current.axes
+    dims = list(current.dims)
+    for d, (have, want) in enumerate(zip(current.dims, proposed.dims, strict=True)):
+        if not have and want and not used & set(want):
+            dims[d] = want
+            used |= set(want)
+    return Sharding(tuple(dims)) if tuple(dims) != current.dims else None
 
 
 def propagate_shardings(
