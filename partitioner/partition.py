@@ -349,16 +349,7 @@ class _Partitioner:
             del self.b.ops[mark:]
             return False
         partial = tuple(a for f in sorted(factors.reduction) for a in axes[f])
-        looked_up = lookup_dim(op) if op.name in ("gather", "scatter") else None
-        counting = op.attrs["dimension"] if op.name == "iota" else None
-        if counting is not None and local_shapes[0][counting] != op.results[0].shape[counting]:
-            made = (self.b.split_iota(op, attrs, results[0].dims[counting]),)
-        elif looked_up is not None and _split(operands[0], op.operands[0], looked_up):
-            made = self.b.split_lookup(
-                op, operands, attrs, looked_up, _axes_of(factors, axes, 0, looked_up)
-            )
-        else:
-            made = self.b.emit(op.name, operands, attrs, op.loc, op.regions)
+        made = self.emit_local(op, factors, axes, operands, attrs, results)
         kind = reduction_kind(op) if op.name == "reduce" else None
         if partial and kind in ("max", "min"):  # no pending max: finish it now
             why = f"{op.name} ({kind}) at {op.loc} over a split dimension"
@@ -367,6 +358,28 @@ class _Partitioner:
         for value, local, sharding in zip(op.results, made, results, strict=True):
             self.local[value] = (local, Sharding(sharding.dims, partial))
         return True
+
+    def emit_local(
+        self,
+        op: Op,
+        factors: Factors,
+        axes: tuple[Axes, ...],
+        operands: list[Value],
+        attrs: dict,
+        results: list[Sharding],
+    ) -> tuple[Value, ...]:
+        """The op on this IPU's blocks; iotas and table lookups split along the dim they count
+        or index need their IPU's offset."""
+        if op.name == "iota":
+            counting = op.attrs["dimension"]
+            if results[0].dims[counting]:
+                return (self.b.split_iota(op, attrs, results[0].dims[counting]),)
+        if op.name in ("gather", "scatter"):
+            looked_up = lookup_dim(op)
+            if looked_up is not None and _split(operands[0], op.operands[0], looked_up):
+                split_axes = _axes_of(factors, axes, 0, looked_up)
+                return self.b.split_lookup(op, operands, attrs, looked_up, split_axes)
+        return self.b.emit(op.name, operands, attrs, op.loc, op.regions)
 
     def mask_reductions(
         self, op: Op, factors: Factors, axes: tuple[Axes, ...], operands: list[Value]

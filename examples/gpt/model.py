@@ -1,0 +1,199 @@
+"""A GPT-2-style decoder in plain JAX: embeddings, pre-LN blocks, causal attention, a GELU MLP and
+a tied LM head; plus the AdamW training step that `train.py` runs.
+
+Laid out for tensor parallelism (see `sharding.py`):
+
+- q, k and v come from one weight `[d, heads, 3, head_dim]` (Megatron's per-head layout) whose
+  head axis is a dimension of its own, which Megatron's tp (or 2D's tp1) splits; q, k and v are
+  read off the size-3 axis, which no strategy splits, so one matmul (and in 2D one AllReduce
+  over tp2) serves all three. A fused `[d, 3d]` weight would be cut by a `jnp.split` along the
+  very dimension tp splits, and ipujax's partitioner gathers a dimension that a split slices.
+  (The 3 sits after the heads: a leading `[3, ...]` axis is dropped by a reshape that, in
+  ipujax today, loses the batch's dp sharding.) The out-projection is `[heads, head_dim, d]`.
+- Activations keep heads as a separate dimension (`[batch, seq, heads, head_dim]`) all the way
+  through attention, so every head's work stays on the IPU that holds its weights.
+- Each block runs under `jax.named_scope(f"layer{i}")`, the names `train.py --phases layer`
+  passes to `ipujax.jit(phases=...)`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab: int = 256
+    seq: int = 64
+    layers: int = 2
+    d_model: int = 64
+    heads: int = 4
+    mlp_ratio: int = 4
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model {self.d_model} is not a multiple of heads {self.heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def d_ff(self) -> int:
+        return self.mlp_ratio * self.d_model
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def layer_names(config: Config) -> list[str]:
+    """The named scopes of the blocks, one phase each for `ipujax.jit(phases=...)`."""
+    return [f"layer{i}" for i in range(config.layers)]
+
+
+# ---- parameters ---------------------------------------------------------------------------------
+
+
+def _norm(d: int) -> Params:
+    return {"scale": jnp.ones(d, jnp.float32), "bias": jnp.zeros(d, jnp.float32)}
+
+
+def init(key: jax.Array, config: Config) -> Params:
+    """GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by
+    1/sqrt(2 layers), zero biases, unit LayerNorm gains."""
+    d, h, hd, ff = config.d_model, config.heads, config.head_dim, config.d_ff
+    std = 0.02
+    residual_std = std / math.sqrt(2 * config.layers)
+    keys = jax.random.split(key, 2 + config.layers)
+
+    def normal(k: jax.Array, shape: tuple[int, ...], scale: float = std) -> jax.Array:
+        return scale * jax.random.normal(k, shape, jnp.float32)
+
+    blocks = []
+    for i in range(config.layers):
+        k = jax.random.split(keys[2 + i], 6)
+        blocks.append(
+            {
+                "ln1": _norm(d),
+                "attn": {
+                    "wqkv": normal(k[0], (d, h, 3, hd)),
+                    "bqkv": jnp.zeros((h, 3, hd), jnp.float32),
+                    "wo": normal(k[3], (h, hd, d), residual_std),
+                    "bo": jnp.zeros(d, jnp.float32),
+                },
+                "ln2": _norm(d),
+                "mlp": {
+                    "w_in": normal(k[4], (d, ff)),
+                    "b_in": jnp.zeros(ff, jnp.float32),
+                    "w_out": normal(k[5], (ff, d), residual_std),
+                    "b_out": jnp.zeros(d, jnp.float32),
+                },
+            }
+        )
+    return {
+        "wte": normal(keys[0], (config.vocab, d)),
+        "wpe": normal(keys[1], (config.seq, d), 0.01),
+        "blocks": blocks,
+        "lnf": _norm(d),
+    }
+
+
+# ---- forward ------------------------------------------------------------------------------------
+
+
+def layer_norm(x: jax.Array, p: Params, eps: float = 1e-5) -> jax.Array:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * p["scale"] + p["bias"]
+
+
+def attention(x: jax.Array, p: Params) -> jax.Array:
+    """Causal multi-head attention; `x` is [batch, seq, d], heads stay a dimension of their own."""
+    seq, head_dim = x.shape[1], p["wqkv"].shape[-1]
+    qkv = jnp.einsum("btd,dhck->bthck", x, p["wqkv"]) + p["bqkv"]
+    q, k, v = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
+    scores = jnp.einsum("bthk,bshk->bhts", q, k) / math.sqrt(head_dim)
+    causal = jnp.tril(jnp.ones((seq, seq), bool))
+    scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
+    weights = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bhts,bshk->bthk", weights, v)
+    return jnp.einsum("bthk,hkd->btd", out, p["wo"]) + p["bo"]
+
+
+def mlp(x: jax.Array, p: Params) -> jax.Array:
+    return jax.nn.gelu(x @ p["w_in"] + p["b_in"]) @ p["w_out"] + p["b_out"]
+
+
+def block(x: jax.Array, p: Params) -> jax.Array:
+    x = x + attention(layer_norm(x, p["ln1"]), p["attn"])
+    return x + mlp(layer_norm(x, p["ln2"]), p["mlp"])
+
+
+def forward(params: Params, tokens: jax.Array) -> jax.Array:
+    """Logits [batch, seq, vocab] for tokens [batch, seq]."""
+    with jax.named_scope("embed"):
+        x = params["wte"][tokens] + params["wpe"][: tokens.shape[1]]
+    for i, p in enumerate(params["blocks"]):
+        with jax.named_scope(f"layer{i}"):
+            x = block(x, p)
+    with jax.named_scope("head"):
+        return layer_norm(x, params["lnf"]) @ params["wte"].T  # tied LM head
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Mean cross-entropy of integer labels, as Megatron's vocab-parallel loss computes it: the
+    label's logit is a masked sum over the vocabulary rather than a gather, so logits split over
+    the vocabulary cost AllReduces of [batch, seq] (max, sum) instead of an AllGather of the
+    logits."""
+    log_normalizer = jax.nn.logsumexp(logits, axis=-1)
+    hit = labels[..., None] == jnp.arange(logits.shape[-1])
+    label_logit = jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
+    return jnp.mean(log_normalizer - label_logit)
+
+
+def loss_fn(params: Params, tokens: jax.Array) -> jax.Array:
+    """Mean next-token cross-entropy; tokens is [batch, seq + 1]."""
+    logits = forward(params, tokens[:, :-1])
+    with jax.named_scope("loss"):
+        return cross_entropy(logits, tokens[:, 1:])
+
+
+# ---- training -----------------------------------------------------------------------------------
+
+
+def _decay_mask(params: Params) -> Any:
+    """Weight decay on matrices only, not on biases and LayerNorm parameters (as GPT-2 does)."""
+    return jax.tree.map(lambda x: x.ndim >= 2, params)
+
+
+def make_optimizer(
+    lr: float = 1e-3, warmup: int = 20, weight_decay: float = 0.1, clip: float = 1.0
+) -> optax.GradientTransformation:
+    """AdamW after global-norm clipping (none if `clip` <= 0); the learning rate warms up
+    linearly over `warmup` steps and then stays constant, so it does not depend on how many steps
+    a run takes (a resumed run follows the same schedule as an uninterrupted one)."""
+    schedule = optax.join_schedules(
+        [optax.linear_schedule(0.0, lr, max(warmup, 1)), optax.constant_schedule(lr)],
+        [max(warmup, 1)],
+    )
+    adamw = optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=weight_decay, mask=_decay_mask)
+    if clip <= 0:  # no clipping
+        return optax.chain(optax.identity(), adamw)  # the same state structure either way
+    return optax.chain(optax.clip_by_global_norm(clip), adamw)
+
+
+def make_train_step(optimizer: optax.GradientTransformation) -> Any:
+    def train_step(params: Params, opt_state: Any, tokens: jax.Array) -> tuple[Params, Any, Any]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return train_step

@@ -1,0 +1,102 @@
+"""GPT training steps for the cost-report CLI:
+
+    ipujax cost-report examples/gpt/workloads.py:gpt2_small --mesh dp=2,tp=4 --target bow
+    ipujax cost-report examples/gpt/workloads.py:gpt3_175b --mesh dp=4,tp1=4,tp2=4 --phases auto
+
+Each factory takes an optional `mesh` (the CLI builds it from `--mesh` and `--target`) and
+returns `(fun, args, jit_kwargs)`: the AdamW training step of `model.py`, its arguments, and
+`{"mesh": mesh, "in_shardings": ...}` with the shardings `sharding.py` derives from the mesh's
+axis names (dp; tp for Megatron 1D; tp1 and tp2 for 2D). Without a mesh, `jit_kwargs` is empty
+(one IPU). The global batch is the per-replica batch times the size of the mesh's dp axis.
+
+The GPT-2 and GPT-3 workloads are shapes only (`jax.ShapeDtypeStruct`s from `jax.eval_shape` on
+the initialisation and the optimizer's init): nothing is allocated, the CLI only costs them.
+Their vocabulary, 50,257, is padded to 50,304 (a multiple of 128), as GPT-2 trainers commonly do.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _sibling(name: str) -> ModuleType:
+    """A module of this folder, loaded by path under a unique name (see train.py)."""
+    full = f"gpt_example_{name}"
+    if full not in sys.modules:
+        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[full] = module
+        spec.loader.exec_module(module)
+    return sys.modules[full]
+
+
+model = _sibling("model")
+sharding = _sibling("sharding")
+
+GPT2_VOCAB = 50257
+
+
+def pad_vocab(vocab: int, multiple: int = 128) -> int:
+    return -(-vocab // multiple) * multiple
+
+
+def _dp(mesh: Any) -> int:
+    if mesh is None:
+        return 1
+    return dict(zip(mesh.axis_names, mesh.axis_shapes, strict=True)).get("dp", 1)
+
+
+def _jit_kwargs(mesh: Any, params: Any, opt_state: Any, config: Any) -> dict[str, Any]:
+    if mesh is None:
+        return {}
+    sharding.check_divisible(mesh, config.heads)
+    return {"mesh": mesh, "in_shardings": sharding.train_specs(params, opt_state, mesh)}
+
+
+def training_step(config: Any, batch_per_replica: int, mesh: Any = None) -> tuple:
+    """The training step of `config` with shapes only: (fun, args, jit_kwargs)."""
+    optimizer = model.make_optimizer()
+    params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
+    opt_state = jax.eval_shape(optimizer.init, params)
+    tokens = jax.ShapeDtypeStruct((batch_per_replica * _dp(mesh), config.seq + 1), jnp.int32)
+    step = model.make_train_step(optimizer)
+    return step, (params, opt_state, tokens), _jit_kwargs(mesh, params, opt_state, config)
+
+
+def tiny(mesh: Any = None) -> tuple:
+    """A two-layer GPT small enough to compile and run in seconds, on real arrays."""
+    config = model.Config(vocab=256, seq=16, layers=2, d_model=32, heads=4)
+    optimizer = model.make_optimizer()
+    params = model.init(jax.random.key(0), config)
+    opt_state = optimizer.init(params)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, config.vocab, (4 * _dp(mesh), config.seq + 1), dtype=np.int32)
+    step = model.make_train_step(optimizer)
+    return step, (params, opt_state, tokens), _jit_kwargs(mesh, params, opt_state, config)
+
+
+def gpt2_small(mesh: Any = None) -> tuple:
+    """GPT-2 small (124M): 12 layers, d 768, 12 heads, 1,024 tokens, 8 sequences per replica."""
+    config = model.Config(vocab=pad_vocab(GPT2_VOCAB), seq=1024, layers=12, d_model=768, heads=12)
+    return training_step(config, 8, mesh)
+
+
+def gpt2_medium(mesh: Any = None) -> tuple:
+    """GPT-2 medium (350M): 24 layers, d 1024, 16 heads, 1,024 tokens, 8 per replica."""
+    config = model.Config(vocab=pad_vocab(GPT2_VOCAB), seq=1024, layers=24, d_model=1024, heads=16)
+    return training_step(config, 8, mesh)
+
+
+def gpt3_175b(mesh: Any = None) -> tuple:
+    """GPT-3 175B: 96 layers, d 12,288, 96 heads, 2,048 tokens, 1 sequence per replica."""
+    config = model.Config(vocab=pad_vocab(GPT2_VOCAB), seq=2048, layers=96, d_model=12288, heads=96)
+    return training_step(config, 1, mesh)

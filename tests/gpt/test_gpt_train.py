@@ -1,0 +1,123 @@
+"""train.py, run in-process through `main(argv)` at tiny sizes: --check on the Megatron 1D and
+PopXL 2D meshes, phased execution, checkpoints and a bit-identical resume, reports and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+
+def run(gpt: SimpleNamespace, *flags: str) -> int:
+    status: int = gpt.train.main([*gpt.tiny, *flags])
+    return status
+
+
+def losses(text: str) -> list[float]:
+    return [float(line.split()[3]) for line in text.splitlines() if line.startswith("step ")]
+
+
+@pytest.mark.parametrize("mesh", ["dp=2,tp=2", "dp=2,tp1=2,tp2=2"], ids=["megatron-1d", "2d"])
+def test_check_passes(
+    gpt: SimpleNamespace, mesh: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "step.json"
+    assert run(gpt, "--mesh", mesh, "--steps", "3", "--check", "--report", str(report)) == 0
+    out = capsys.readouterr().out
+    assert "check passed: 3 steps" in out
+    assert len(losses(out)) >= 2 and all(np.isfinite(losses(out)))
+    data = json.loads(report.read_text())
+    assert data["total_cycles"] > 0
+    axes = {tuple(c["axes"]) for c in data["collectives"]}
+    wanted = {("tp",), ("dp",)} if "tp=" in mesh else {("tp1",), ("tp2",), ("dp",)}
+    assert wanted <= axes
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_check_fails_when_jax_jit_disagrees(
+    gpt: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = gpt.train.compile_step
+
+    def skewed(*args: object) -> tuple:
+        compiled, reference = original(*args)
+        return compiled, lambda *a: (None, None, reference(*a)[2] * 1.001)
+
+    monkeypatch.setattr(gpt.train, "compile_step", skewed)
+    assert run(gpt, "--mesh", "dp=2,tp=2", "--steps", "3", "--check") == 1
+    assert "check failed at step 1" in capsys.readouterr().err
+
+
+def test_phases_by_layer(gpt: SimpleNamespace, tmp_path: Path) -> None:
+    report = tmp_path / "phased.json"
+    flags = ["--layers", "2", "--mesh", "dp=2,tp=2", "--phases", "layer", "--steps", "2"]
+    assert run(gpt, *flags, "--check", "--report", str(report)) == 0
+    phases = [p["name"] for p in json.loads(report.read_text())["phases"]]
+    assert {"layer0", "layer1"} <= {name.split()[0] for name in phases}
+
+
+def saved(folder: Path) -> dict[str, np.ndarray]:
+    with np.load(folder / "checkpoint.npz") as data:
+        return {key: data[key] for key in data.files}
+
+
+def test_resume_is_bit_identical(gpt: SimpleNamespace, tmp_path: Path) -> None:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert run(gpt, "--steps", "6", "--checkpoint", str(straight)) == 0
+    assert run(gpt, "--steps", "3", "--checkpoint", str(resumed)) == 0
+    assert saved(resumed)["step"] == 3
+    gpt.train._COMPILED.clear()  # compile again, as a new process would
+    assert run(gpt, "--steps", "6", "--checkpoint", str(resumed), "--resume") == 0
+    a, b = saved(straight), saved(resumed)
+    assert a.keys() == b.keys()
+    assert any(key.startswith("params[") for key in a)
+    assert any(key.startswith("opt_state") for key in a)
+    for key in a:
+        assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+        assert a[key].tobytes() == b[key].tobytes(), key  # bitwise, losses and RNG included
+
+
+def test_resume_refuses_other_settings(
+    gpt: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "ckpt"
+    assert run(gpt, "--steps", "1", "--checkpoint", str(folder)) == 0
+    capsys.readouterr()
+    assert run(gpt, "--steps", "2", "--checkpoint", str(folder), "--resume", "--lr", "0.5") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("train.py: error:") and "--lr" in err and "\n" not in err
+
+
+def test_plot_is_a_png(gpt: SimpleNamespace, tmp_path: Path) -> None:
+    plot = tmp_path / "loss.png"
+    assert run(gpt, "--steps", "2", "--plot", str(plot)) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--mesh", "dp2"], "--mesh"),
+        (["--mesh", "dp=2,tp=3"], "heads"),
+        (["--mesh", "dp=512"], "ConfigError"),
+        (["--resume"], "--checkpoint"),
+    ],
+)
+def test_user_errors_are_one_line(
+    gpt: SimpleNamespace, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(gpt, "--steps", "1", *flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("train.py: error:") and message in err and "\n" not in err
+
+
+def test_stdlib_text_is_the_default_data(gpt: SimpleNamespace) -> None:
+    data, where = gpt.train.load_corpus(None)
+    assert "standard library" in where and data.size > 1_000_000
+    assert b"def " in data[:100_000].tobytes()
+    rng = np.random.default_rng(0)
+    batch = gpt.train.sample_batch(data, rng, 4, 16)
+    assert batch.shape == (4, 17) and batch.dtype == np.int32 and batch.max() < 256
