@@ -203,11 +203,18 @@ def _events(found: tuple[Storage, ...], tasks: int) -> tuple[dict, dict]:
 
 
 def _code(program: Program, target: Target) -> np.ndarray:
-    """Code and vertex state: a fixed amount per tile plus a little per step it takes part in."""
+    """Code and vertex state: a fixed amount per tile plus a little per distinct step it takes
+    part in. Identical steps share their code, as Poplar shares vertex code and as phased
+    programs call one compiled layer once per layer, so a deep model of identical layers costs
+    the code of one layer."""
     tiles = target.tiles_per_ipu
     code = np.full(tiles, target.fixed_code_bytes, np.int64)
-    for step in program.supersteps:
-        code[step.start : min(step.start + step.tiles, tiles)] += target.code_bytes_per_step
+    distinct = {
+        (s.name, s.start, s.tiles, s.compute_cycles, s.exchange_cycles, s.busiest_tile_bytes)
+        for s in program.supersteps
+    }
+    for _, start, count, *_ in distinct:
+        code[start : min(start + count, tiles)] += target.code_bytes_per_step
     return code
 
 

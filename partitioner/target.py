@@ -47,7 +47,8 @@ class Target:
     # PopLibs plans matmul temporaries within this share of tile memory (C, V: default 0.6).
     available_memory_proportion: float = 0.6
     # Assumption: code and control state a tile holds before any vertex: 16 KiB, plus per
-    # compute set or exchange it takes part in, 64 bytes of control code and vertex state.
+    # distinct compute set or exchange it takes part in, 64 bytes of control code and vertex
+    # state (identical steps share code: see partitioner.memory).
     fixed_code_bytes: int = 16 * 1024
     code_bytes_per_step: int = 64
     # IPU-Links, as Poplar's own multi-IPU model assumes: 128 x 2^30 bit/s each way per link,
