@@ -157,6 +157,8 @@ def tile_memory(program: Program, target: Target, phases: PhaseBounds | None = N
         if s.always_live:
             always[s.layout.start : s.layout.stop] += s.bytes_per_tile
     starts, ends = _events(found, len(program.tasks))
+    code = _code(program, target)
+    extra = always + code
     live = np.zeros(tiles, np.int64)
     peak = np.zeros(tiles, np.int64)
     peak_task = np.zeros(tiles, np.int64)
@@ -174,18 +176,16 @@ def tile_memory(program: Program, target: Target, phases: PhaseBounds | None = N
             phase = phases.phase_of(index)
             if len(phase_peaks) <= phase:
                 phase_peaks.append(0)
-            phase_peaks[phase] = max(phase_peaks[phase], int(now.max()))
+            phase_peaks[phase] = max(phase_peaks[phase], int((now + extra).max()))
         for item in ends.get(index, ()):
             _apply(live, item, -1)
-    code = _code(program, target)
-    extra = always + code
     return TileMemory(
         always_live=always,
         not_always_live=peak,
         code=code,
         peak_task=peak_task,
         storages=found,
-        phase_peaks=tuple(p + int(extra.max()) for p in phase_peaks),
+        phase_peaks=tuple(phase_peaks),
     )
 
 
