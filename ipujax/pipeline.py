@@ -86,19 +86,23 @@ def _split(program: Program, phases: Any, target: Target) -> tuple[Program, Phas
 
 
 def _replicated_over_dp(graph: Graph, partitioned: Partitioned | None, mesh: Mesh) -> set[Value]:
-    """Arguments replicated over a `dp` axis, which replicated tensor sharding splits."""
+    """Tensors replicated over a `dp` axis (weights, optimizer state, reduced gradients), which
+    replicated tensor sharding splits: each replica keeps 1/dp of them in streaming memory."""
     if "dp" not in mesh.shape or partitioned is None:
         return set()
-    return {
-        local
-        for local, sharding in zip(graph.inputs, partitioned.input_shardings, strict=True)
-        if "dp" not in sharding.axes
-    }
+    pairs = [
+        *zip(graph.inputs, partitioned.input_shardings, strict=True),
+        *zip(graph.outputs, partitioned.output_shardings, strict=True),
+        *partitioned.local_shardings.items(),
+    ]
+    return {local for local, sharding in pairs if "dp" not in sharding.axes}
 
 
-def _check_streaming(program: Program, memory: TileMemory, mesh: Mesh, rts: set[Value]) -> None:
+def _check_streaming(
+    program: Program, memory: TileMemory, mesh: Mesh, rts: set[Value], plan: PhasePlan
+) -> None:
     replicas = mesh.shape.get("dp", 1)
-    needed = streaming_capacity_needed(program, replicas, rts, memory.storages)
+    needed = streaming_capacity_needed(program, replicas, rts, memory.storages, plan)
     have = mesh.target.streaming_bytes_per_ipu
     if needed > have:
         raise OutOfMemoryError(
@@ -136,7 +140,7 @@ def build(
     if plan is not None:
         rts = _replicated_over_dp(local, partitioned, mesh)
         if check_memory_fits:
-            _check_streaming(program, memory, mesh, rts)
+            _check_streaming(program, memory, mesh, rts, plan)
         streams = streaming(program, memory.storages, plan, mesh.shape.get("dp", 1), rts)
         cycles = _phase_cycles(program, plan, streams, target, links)
     if partitioned is None:

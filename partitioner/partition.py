@@ -13,6 +13,7 @@ Every collective records the op that needed it and why.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,8 @@ class Partitioned:
     output_shardings: tuple[Sharding, ...]
     global_graph: Graph
     propagated: Propagated
+    # The sharding of each per-IPU value the partitioner made for a global one.
+    local_shardings: dict[Value, Sharding] = dataclasses.field(default_factory=dict)
 
 
 def _max_id(graph: Graph) -> int:
@@ -317,7 +320,10 @@ class _Partitioner:
             self.graph.name,
         )
         in_shardings = tuple(self.local[v][1] for v in self.graph.inputs)
-        return Partitioned(local_graph, in_shardings, tuple(out_shardings), self.graph, self.prop)
+        local_shardings = {local: sharding for local, sharding in self.local.values()}
+        return Partitioned(
+            local_graph, in_shardings, tuple(out_shardings), self.graph, self.prop, local_shardings
+        )
 
     def rewrite(self, op: Op) -> None:
         factors = FACTOR_RULES[op.name](op)

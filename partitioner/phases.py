@@ -177,7 +177,7 @@ def streaming(
         loaded = phases if is_input else phases[1:]
         for phase in loaded:
             loads[phase] += share
-            if is_input and s.value in replicated and replicas > 1:
+            if s.value in replicated and replicas > 1:
                 gathers[phase] += ring_bytes("all_gather", s.value.nbytes, replicas)[0]
         if s.value in outputs or (len(phases) > 1 and not is_input):
             stores[phases[0]] += share
@@ -185,16 +185,33 @@ def streaming(
 
 
 def streaming_capacity_needed(
-    program: Program, replicas: int, replicated: set[Value], storages: Sequence[Storage]
+    program: Program,
+    replicas: int,
+    replicated: set[Value],
+    storages: Sequence[Storage],
+    plan: PhasePlan,
 ) -> int:
-    """Bytes one IPU keeps in streaming memory: its share of every argument and output, and
-    every activation stored between phases."""
-    total = 0
+    """The most bytes one IPU keeps in streaming memory at once: its share of every argument
+    and output (both, as if nothing were updated in place), plus the activations stored between
+    phases that are still to be loaded, at the phase where those peak."""
     kept = set(program.inputs) | set(program.outputs)
+    resident = 0
+    count = len(plan.bounds.bounds)
+    stored = [0] * (count + 1)  # difference array over phases
     for s in storages:
-        if s.value in kept or len(s.spans) > 1:
-            total += _rts_share(s.value, replicas, replicated)
-    return total
+        share = _rts_share(s.value, replicas, replicated)
+        if s.value in kept:
+            resident += share
+        elif len(s.spans) > 1:
+            first = plan.bounds.phase_of(s.spans[0][0])
+            last = plan.bounds.phase_of(s.spans[-1][0])
+            stored[first] += share
+            stored[last + 1] -= share
+    peak, running = 0, 0
+    for delta in stored[:count]:
+        running += delta
+        peak = max(peak, running)
+    return resident + peak
 
 
 def phase_summary(

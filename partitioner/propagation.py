@@ -61,12 +61,20 @@ def decide_factors(
     op: Op, factors: Factors, known: Mapping[Value, Sharding], fixed: set[Value]
 ) -> tuple[Axes, ...]:
     chosen: list[Axes] = [()] * len(factors.sizes)
-    used: set[str] = set()
+    # An axis may split only one dim of a tensor (a partial sum counts as a use of its axes),
+    # so axes are checked per tensor: the operands of a barrier are independent of each other.
+    tensors = [{f for f in dims if f is not None} for dims in factors.operands]
+    tensors += [
+        {f for f in dims if f is not None} | set(factors.reduction) for dims in factors.results
+    ]
+    used: list[set[str]] = [set() for _ in tensors]
     for _, factor, axes in _candidates(op, factors, known, fixed):
-        if chosen[factor] or used & set(axes):
+        holders = [i for i, fs in enumerate(tensors) if factor in fs]
+        if chosen[factor] or any(used[i] & set(axes) for i in holders):
             continue
         chosen[factor] = axes
-        used |= set(axes)
+        for i in holders:
+            used[i] |= set(axes)
     return tuple(chosen)
 
 

@@ -137,13 +137,16 @@ def block(x: jax.Array, p: Params) -> jax.Array:
     return x + mlp(layer_norm(x, p["ln2"]), p["mlp"])
 
 
-def forward(params: Params, tokens: jax.Array) -> jax.Array:
-    """Logits [batch, seq, vocab] for tokens [batch, seq]."""
+def forward(params: Params, tokens: jax.Array, remat: bool = False) -> jax.Array:
+    """Logits [batch, seq, vocab] for tokens [batch, seq]. With `remat`, each block's
+    activations are recomputed in the backward pass (`jax.checkpoint`), as Graphcore's GPT-3
+    example did, so only the blocks' inputs are kept between forward and backward."""
+    layer = jax.checkpoint(block) if remat else block
     with jax.named_scope("embed"):
         x = params["wte"][tokens] + params["wpe"][: tokens.shape[1]]
     for i, p in enumerate(params["blocks"]):
         with jax.named_scope(f"layer{i}"):
-            x = block(x, p)
+            x = layer(x, p)
     with jax.named_scope("head"):
         return layer_norm(x, params["lnf"]) @ params["wte"].T  # tied LM head
 
@@ -159,9 +162,9 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return jnp.mean(log_normalizer - label_logit)
 
 
-def loss_fn(params: Params, tokens: jax.Array) -> jax.Array:
+def loss_fn(params: Params, tokens: jax.Array, remat: bool = False) -> jax.Array:
     """Mean next-token cross-entropy; tokens is [batch, seq + 1]."""
-    logits = forward(params, tokens[:, :-1])
+    logits = forward(params, tokens[:, :-1], remat)
     with jax.named_scope("loss"):
         return cross_entropy(logits, tokens[:, 1:])
 
@@ -190,9 +193,9 @@ def make_optimizer(
     return optax.chain(optax.clip_by_global_norm(clip), adamw)
 
 
-def make_train_step(optimizer: optax.GradientTransformation) -> Any:
+def make_train_step(optimizer: optax.GradientTransformation, remat: bool = False) -> Any:
     def train_step(params: Params, opt_state: Any, tokens: jax.Array) -> tuple[Params, Any, Any]:
-        loss, grads = jax.value_and_grad(loss_fn)(params, tokens)
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, remat)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
