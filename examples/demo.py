@@ -36,7 +36,7 @@ def main() -> None:
     )
     if worst > 1e-4:
         raise SystemExit(f"MISMATCH: ipujax differs from jax.jit by {worst}")
-    print(f"tiny GPT training step on a virtual Bow IPU: loss {float(ours[2]):.6f}, ")
+    print(f"tiny GPT training step on a virtual Bow IPU: loss {float(ours[2]):.6f},")
     print(
         f"equal to jax.jit within {worst:.1e} on every output (compiled and ran in {elapsed:.1f} s)"
     )
