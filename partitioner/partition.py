@@ -123,9 +123,15 @@ class _Builder:
         """`x` (this IPU's block of a tensor of global `shape` sharded as `cur`) as `req`."""
         if cur.partial:
             x, cur = self.finish_partial(x, cur, req, shape, loc, why)
+        # Gather first, then slice: while an axis leaves one dim for another, the tensor must
+        # never be split over it twice.
+        kept = []
         for dim, (have, want) in enumerate(zip(cur.dims, req.dims, strict=True)):
+            x, left = self._drop_axes(x, dim, have, want, shape[dim], loc, why)
+            kept.append(left)
+        for dim, (have, want) in enumerate(zip(kept, req.dims, strict=True)):
             if have != want:
-                x = self._reshard_dim(x, dim, have, want, shape[dim], loc, why)
+                x = self.shard_slice(x, dim, want[len(have) :], loc)
         return x
 
     def finish_partial(
@@ -148,19 +154,24 @@ class _Builder:
         x = self.collective("all_reduce", x, pending, loc, why)
         return x, Sharding(tuple(dims))
 
-    def _reshard_dim(
+    def _drop_axes(
         self, x: Value, dim: int, have: Axes, want: Axes, size: int, loc: SourceLoc, why: str
-    ) -> Value:
+    ) -> tuple[Value, Axes]:
+        """Gathers `dim` down to the axes it keeps on the way to `want`: the common prefix when
+        the sizes divide evenly, else none (gathered whole, its padding dropped)."""
+        if have == want:
+            return x, have
         even = size % self.group(have) == 0 and size % self.group(want) == 0
-        if even and want[: len(have)] == have:
-            return self.shard_slice(x, dim, want[len(have) :], loc)
-        if even and have[: len(want)] == want:
-            extra = have[len(want) :]
-            return self.collective("all_gather", x, extra, loc, why, dimension=dim)
-        if have:  # gather whole, drop the padding, then take the wanted slice
-            x = self.collective("all_gather", x, have, loc, why, dimension=dim)
+        common = 0
+        while common < min(len(have), len(want)) and have[common] == want[common]:
+            common += 1
+        keep = have[:common] if even else ()
+        if have == keep:
+            return x, keep
+        x = self.collective("all_gather", x, have[len(keep) :], loc, why, dimension=dim)
+        if not keep:
             x = self.unpad(x, dim, size, loc)
-        return self.shard_slice(x, dim, want, loc) if want else x
+        return x, keep
 
     def split_lookup(
         self, op: Op, operands: list[Value], attrs: dict, dim: int, axes: Axes
