@@ -1,6 +1,8 @@
-"""Differential fuzzing: random programs on random meshes with random PartitionSpecs must give
-jax.jit's values. The default hypothesis profile runs a few dozen cases in `make test`;
-IPUJAX_HYPOTHESIS_PROFILE=long runs thousands."""
+"""Differential fuzzing: random programs (elementwise, matmuls, reductions, reshapes and
+transposes, softmax, concatenation, gather and scatter, control flow, gradients) on random
+meshes of 1 to 8 IPUs with random PartitionSpecs, uneven dims included, must give jax.jit's
+values. The default hypothesis profile runs 25 cases in `make test`;
+IPUJAX_HYPOTHESIS_PROFILE=long runs 2,000."""
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +25,12 @@ MESHES = [
 ]
 
 
+KINDS = [
+    "matmul", "matmul_sum", "softmax", "max", "transpose", "concat", "reshape", "grad",
+    "gather", "scatter", "cond", "while",
+]  # fmt: skip
+
+
 def _program(kind: str):
     """Programs of two [m, n] and [n, k] operands, each exercising a family of rules."""
     programs = {
@@ -34,6 +42,10 @@ def _program(kind: str):
         "concat": lambda x, w: jnp.concatenate([x, x * 2.0], axis=1) @ jnp.concatenate([w, w]),
         "reshape": lambda x, w: (x.reshape(-1) * 3.0).reshape(x.shape) @ w,
         "grad": lambda x, w: jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w),
+        "gather": lambda x, w: x[jnp.array([0, x.shape[0] - 1, 0])] @ w,
+        "scatter": lambda x, w: x.at[jnp.array([0, x.shape[0] - 1])].add(1.0) @ w,
+        "cond": lambda x, w: jax.lax.cond(x.sum() > 0, lambda: x @ w, lambda: -(x @ w)),
+        "while": lambda x, w: jax.lax.fori_loop(0, 3, lambda i, v: jnp.tanh(v) * 1.5, x) @ w,
     }
     return programs[kind]
 
@@ -56,13 +68,7 @@ def _spec(draw, rank: int, axes: tuple[str, ...]):
 def cases(draw):
     shape, names = draw(st.sampled_from(MESHES))
     m, n, k = (draw(st.integers(1, 9)) for _ in range(3))  # uneven sizes on purpose
-    kind = draw(
-        st.sampled_from(
-            sorted(
-                ["matmul", "matmul_sum", "softmax", "max", "transpose", "concat", "reshape", "grad"]
-            )
-        )
-    )
+    kind = draw(st.sampled_from(KINDS))
     specs = (_spec(draw, 2, names), _spec(draw, 2, names))
     seed = draw(st.integers(0, 2**16))
     return shape, names, (m, n, k), kind, specs, seed
