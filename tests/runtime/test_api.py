@@ -355,3 +355,16 @@ def test_errors_are_ipujax_errors() -> None:
         ipujax.ReportError,
     ):
         assert issubclass(error, ipujax.IpujaxError)
+
+
+def test_donated_arguments_are_consumed_as_in_jax() -> None:
+    def double(v: jax.Array) -> jax.Array:
+        return v * 2
+
+    for jitted in (
+        jax.jit(double, donate_argnums=0),
+        ipujax.jit(double, mesh=MESH, donate_argnums=0),
+    ):
+        x = jnp.ones(4, jnp.float32)
+        np.testing.assert_array_equal(jitted(x), np.full(4, 2.0, np.float32))
+        assert x.is_deleted()  # the buffer went to the output, as jax does on this backend
