@@ -15,7 +15,7 @@ from ipujax.mesh import Mesh
 from ipujax.pipeline import Built, io_tile_bytes
 from ipujax.report import CollectiveCost, CostReport, PhaseCost, SuperstepCost, TileUsage
 from lowering import SourceLoc
-from partitioner.memory import largest_on_tile
+from partitioner.memory import largest_on_tile, producers_of
 from partitioner.program import Program, Superstep
 
 TOP_TILES = 5
@@ -32,12 +32,17 @@ def _matmul_dtype(program: Program) -> np.dtype:
 def _top_tiles(built: Built) -> tuple[TileUsage, ...]:
     total = built.memory.total
     fullest = np.argsort(-total, kind="stable")[:TOP_TILES]
+    producers = producers_of(built.program)
     return tuple(
         TileUsage(
             0,
             int(t),
             int(total[t]),
-            tuple(largest_on_tile(built.memory, built.program, built.graph, int(t))),
+            tuple(
+                largest_on_tile(
+                    built.memory, built.program, built.graph, int(t), producers=producers
+                )
+            ),
         )
         for t in fullest
     )

@@ -95,7 +95,6 @@ def _join_output(
     index = tuple(slice(None) if a in used else 0 for a in axis_names)
     x = x[index]
     kept = [a for a in axis_names if a in used]
-    rank = len(sharding.dims)
     order: list[int] = []
     for dim, axes in enumerate(sharding.dims):
         order += [kept.index(a) for a in axes]
@@ -103,13 +102,13 @@ def _join_output(
     x = jnp.transpose(x, order)
     merged = [
         math.prod(x.shape[i] for i in range(len(order)) if order[i] in group)
-        for group in _groups(sharding, kept, rank)
+        for group in _groups(sharding, kept)
     ]
     x = jnp.reshape(x, merged)
     return x[tuple(slice(0, n) for n in shape)]
 
 
-def _groups(sharding: Sharding, kept: list[str], rank: int) -> list[set[int]]:
+def _groups(sharding: Sharding, kept: list[str]) -> list[set[int]]:
     return [
         {kept.index(a) for a in axes} | {len(kept) + dim} for dim, axes in enumerate(sharding.dims)
     ]

@@ -108,19 +108,15 @@ def _round_nearest_even_eval_rule(x: Array) -> tuple[Array, ...]:
 
 
 def _is_inf_eval_rule(x: Array) -> tuple[Array, ...]:
-    return (lax.eq(lax.abs(x), _full_like(x, np.inf)),)
+    return (lax.eq(lax.abs(x), lax.full_like(x, np.inf)),)
 
 
 def _is_pos_inf_eval_rule(x: Array) -> tuple[Array, ...]:
-    return (lax.eq(x, _full_like(x, np.inf)),)
+    return (lax.eq(x, lax.full_like(x, np.inf)),)
 
 
 def _is_neg_inf_eval_rule(x: Array) -> tuple[Array, ...]:
-    return (lax.eq(x, _full_like(x, -np.inf)),)
-
-
-def _full_like(x: Array, value: float) -> Array:
-    return lax.full_like(x, value)
+    return (lax.eq(x, lax.full_like(x, -np.inf)),)
 
 
 def _reduce_precision_eval_rule(

@@ -230,12 +230,22 @@ def _describe(value: Value, graph: Graph, producers: dict[Value, Op]) -> str:
     return f"{producer.name} {value.type_str} at {producer.loc}"
 
 
+def producers_of(program: Program) -> dict[Value, Op]:
+    return {v: t.op for t in program.tasks for v in t.op.results}
+
+
 def largest_on_tile(
-    memory: TileMemory, program: Program, graph: Graph, tile: int, count: int = 5
+    memory: TileMemory,
+    program: Program,
+    graph: Graph,
+    tile: int,
+    count: int = 5,
+    producers: dict[Value, Op] | None = None,
 ) -> list[tuple[int, str]]:
-    """The largest tensors on a tile at its peak, with where each came from."""
+    """The largest tensors on a tile at its peak, with where each came from. Pass `producers`
+    (`producers_of(program)`) when asking about several tiles, to build it once."""
     at = int(memory.peak_task[tile])
-    producers = {v: t.op for t in program.tasks for v in t.op.results}
+    producers = producers if producers is not None else producers_of(program)
     here = [
         (s.bytes_per_tile, _describe(s.value, graph, producers))
         for s in memory.storages
