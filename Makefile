@@ -32,12 +32,10 @@ fmt: venv
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
+# ipujax against jax.jit (benchmarks/run.py, 5-7 minutes on 2 cores); writes benchmarks/RESULTS.md.
+# Arguments go through BENCH_ARGS, e.g. make bench BENCH_ARGS="--only run,compile --no-write".
 bench: venv
-	@if [ -f benchmarks/run.py ]; then \
-		$(PY) benchmarks/run.py; \
-	else \
-		echo "benchmarks/run.py does not exist yet; benchmarks land with the tile runtime"; \
-	fi
+	JAX_PLATFORMS=cpu $(PY) benchmarks/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV)

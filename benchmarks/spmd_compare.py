@@ -320,20 +320,28 @@ def _child(names: Sequence[str]) -> None:
     print(json.dumps(result))
 
 
-def xla_collectives(names: Iterable[str]) -> dict[str, list[Collective]]:
-    """Runs the XLA side of the named cases in one child process with forced host devices."""
-    names = list(names)
+def child_env(devices: int | None = None) -> dict[str, str]:
+    """The environment of a child Python process: CPU jax, the repository and its examples on
+    the path and, with `devices`, that many forced host devices (an XLA flag that only takes
+    effect if it is set before jax is imported, hence a child process)."""
     env = dict(os.environ)
-    env["XLA_FLAGS"] = (
-        f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}".strip()
-    )
+    if devices is not None:
+        flag = f"--xla_force_host_platform_device_count={devices}"
+        kept = re.sub(r"--xla_force_host_platform_device_count=\S*", "", env.get("XLA_FLAGS", ""))
+        env["XLA_FLAGS"] = f"{kept} {flag}".strip()
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), str(REPO / "examples"), env.get("PYTHONPATH", "")) if p
     )
+    return env
+
+
+def xla_collectives(names: Iterable[str]) -> dict[str, list[Collective]]:
+    """Runs the XLA side of the named cases in one child process with forced host devices."""
+    names = list(names)
     proc = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--xla-child", *names],
-        env=env,
+        env=child_env(DEVICES),
         capture_output=True,
         text=True,
         timeout=900,
@@ -356,7 +364,13 @@ def ipujax_side(case: Case) -> list[Collective]:
         case.mesh_shape, case.axis_names, target=ipujax.Target.bow().with_tiles(TILES)
     )
     jitted = ipujax.jit(fun, mesh=mesh, in_shardings=in_specs, out_shardings=out_specs)
-    compiled = jitted.lower(*_abstract(args)).compile()
+    return ipujax_collectives(jitted.lower(*_abstract(args)).compile())
+
+
+def ipujax_collectives(compiled: Any) -> list[Collective]:
+    """The collectives of a compiled ipujax program (`cost_report().collectives`), each with its
+    ring buffer N and result type when the per-IPU program's collective ops line up with the
+    report's, else N recovered from the report's bytes."""
     collectives = compiled.cost_report().collectives
     ops = _ipujax_ops(compiled)
     matched = len(ops) == len(collectives) and all(

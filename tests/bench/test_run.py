@@ -1,0 +1,80 @@
+"""The benchmark runner (benchmarks/run.py) on tiny inputs, so that it cannot silently rot.
+
+Every section runs once (module fixture) in `--quick` form: the tiny GPT on 16-tile Bow IPUs,
+the child processes included (XLA's SPMD partitioner over forced host devices, a cost-only
+compile, memory per tile count). Nothing about timings is asserted, only that each section
+produces its table, that ipujax's outputs agree with jax.jit's and that RESULTS.md renders.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import run as bench
+
+
+def _rows(table: str) -> list[dict[str, str]]:
+    """A Markdown table's body rows, keyed by the header's cells."""
+    lines = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
+    header, body = lines[0], lines[2:]
+    return [dict(zip(header, row, strict=True)) for row in body]
+
+
+@pytest.fixture(scope="module")
+def sections() -> dict[str, bench.Section]:
+    timings: dict[str, float] = {}
+    measured = bench.measure(bench.QUICK, bench.SECTIONS, repeats=1, timings=timings)
+    assert "run + compile" in timings
+    return {s.name: s for s in measured}
+
+
+def test_every_section_has_a_table(sections: dict[str, bench.Section]) -> None:
+    assert list(sections) == list(bench.SECTIONS)
+    for section in sections.values():
+        assert _rows(section.table), section.name
+        assert section.meaning
+
+
+def test_ipujax_agrees_with_jax(sections: dict[str, bench.Section]) -> None:
+    (row,) = _rows(sections["run"].table)
+    assert row["mesh"] == "2 IPUs (tp=2)"
+    assert float(row["max abs diff"]) < 1e-4
+    assert float(row["ipujax s"]) > 0 and float(row["jax.jit s"]) > 0
+
+
+def test_spmd_counts_collectives_on_both_sides(sections: dict[str, bench.Section]) -> None:
+    (row,) = _rows(sections["spmd"].table)
+    assert "all_reduce" in row["XLA collectives"] and "all_reduce" in row["ipujax collectives"]
+    assert int(row["XLA B/device"].replace(",", "")) > 0
+    assert float(row["loss diff"]) < 1e-4
+
+
+def test_goals_are_judged(sections: dict[str, bench.Section]) -> None:
+    goals = [g for s in sections.values() for g in s.goals]
+    # run and compile one per mesh, the outputs' agreement, two for the cost-only compile, one
+    # per memory program
+    meshes = len(bench.QUICK.meshes)
+    assert len(goals) == 2 * meshes + 1 + 2 + len(bench.QUICK.memory_programs)
+    assert all(isinstance(met, bool) for _, met in goals)
+    assert any(what.startswith("outputs agree") and met for what, met in goals)
+
+
+def test_results_render_and_write(sections: dict[str, bench.Section], tmp_path: Path) -> None:
+    text = bench.render(list(sections.values()), bench.machine(), "python x", {"total": 1.0})
+    for section in sections.values():
+        assert f"## {section.title}" in text
+    assert "## Machine" in text and "jax / jaxlib" in text and "What each number means" in text
+    path = tmp_path / "RESULTS.md"
+    bench.write_atomically(path, text)
+    assert path.read_text() == text
+    assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]  # no temporary left
+
+
+def test_unknown_sections_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--only", "run,speed"])
+    assert bench.parse_args(["--only", "gpt3, memory"]).only == ["gpt3", "memory"]
