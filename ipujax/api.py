@@ -4,6 +4,7 @@
     lowered = jitted.lower(*args)             # Lowered: the IR (`as_text()`)
     compiled = lowered.compile()              # Compiled: the BSP program, its memory and cost
     compiled(*args); compiled.cost_report()
+    compiled.devices                          # the real jax devices it runs on
 
 The stages: lower (trace to StableHLO, import to the IR) -> schedule (tile layouts, kernels,
 supersteps) -> check memory -> build the cost report -> jit the runtime. Arguments may be
@@ -46,6 +47,7 @@ class _Options:
     static_argnames: tuple[str, ...]
     donate_argnums: tuple[int, ...]
     phases: Any
+    devices: tuple[jax.Device, ...] | None = None
 
 
 class Compiled:
@@ -62,10 +64,18 @@ class Compiled:
 
     @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Spread over devices, the runner places host data on them itself (see runtime).
+        host = self.built.run.shardings is not None
         with jax.enable_x64(True):
-            flat = flatten_args(self.graph, args, kwargs)
+            flat = flatten_args(self.graph, args, kwargs, host)
         outputs = self.built.run(*flat)
         return jax.tree.unflatten(self.graph.out_tree, outputs)
+
+    @property
+    def devices(self) -> tuple[jax.Device, ...]:
+        """The real jax devices the program runs on: the mesh's IPUs are spread over several
+        when several are visible and a mesh axis divides among them, else one device."""
+        return self.built.devices
 
     def cost_report(self) -> CostReport:
         return self._report
@@ -122,6 +132,7 @@ class Lowered:
             options.phases,
             self._donate,
             check_memory_fits,
+            options.devices,
         )
         return Compiled(self.graph, built, options.mesh)
 
@@ -260,8 +271,12 @@ def jit(
     static_argnames: str | Sequence[str] = (),
     donate_argnums: int | Sequence[int] = (),
     phases: Any = None,
+    devices: Sequence[jax.Device] | None = None,
 ) -> Any:
-    """Compiles `fun` for a virtual IPU system; use like `jax.jit`, with or without arguments."""
+    """Compiles `fun` for a virtual IPU system; use like `jax.jit`, with or without arguments.
+
+    `devices` are the real jax devices a mesh of many IPUs may be spread over (default: all of
+    `jax.devices()`); `devices=jax.devices()[:1]` keeps everything on one device."""
     options = _Options(
         mesh=mesh or default_mesh(),
         in_shardings=in_shardings,
@@ -270,6 +285,7 @@ def jit(
         static_argnames=_as_tuple(static_argnames),
         donate_argnums=_as_tuple(donate_argnums),
         phases=phases,
+        devices=None if devices is None else tuple(devices),
     )
     if fun is None:
         return lambda f: Jitted(f, options)

@@ -7,20 +7,23 @@ schedule       tile layouts, kernels and supersteps on the compute tiles
 split phases   (phases=...) phases, tasks reordered for named phases
 memory         per-tile bytes by liveness, phase-aware; OutOfMemoryError if over
 streaming      per-phase loads, stores and replicated-tensor-sharding gathers
-runtime        one jitted function of the flat inputs
+runtime        one jitted function of the flat inputs, on one device or spread over several
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from ipujax.devices import default_device, plan_devices
 from ipujax.mesh import Mesh
-from ipujax.runtime import compile_partitioned, compile_program
+from ipujax.runtime import Runner, compile_partitioned, compile_program
 from ipujax.sharded import axis_traffic, partition_program
 from lowering import Graph, Value
 from partitioner.errors import ConfigError, OutOfMemoryError
@@ -49,11 +52,12 @@ class Built:
     program: Program
     memory: TileMemory
     target: Target  # the target of the compute tiles
-    run: Callable[..., tuple]
+    run: Runner
     partitioned: Partitioned | None
     plan: PhasePlan | None
     streams: tuple[PhaseStream, ...]
     phase_cycles: tuple[tuple[int, int, int], ...]
+    devices: tuple[jax.Device, ...]  # the real jax devices the runner uses
 
 
 def _compute_target(target: Target, phases: Any) -> Target:
@@ -121,6 +125,7 @@ def build(
     phases: Any,
     donate: Sequence[int],
     check_memory_fits: bool,
+    devices: Sequence[jax.Device] | None = None,
 ) -> Built:
     partitioned = None
     links = None
@@ -143,13 +148,37 @@ def build(
             _check_streaming(program, memory, mesh, rts, plan)
         streams = streaming(program, memory.storages, plan, mesh.shape.get("dp", 1), rts)
         cycles = _phase_cycles(program, plan, streams, target, links)
+    run, used = _runner(program, partitioned, mesh, donate, devices)
+    return Built(
+        local, program, memory, target, run, partitioned, plan, tuple(streams), tuple(cycles), used
+    )
+
+
+def _runner(
+    program: Program,
+    partitioned: Partitioned | None,
+    mesh: Mesh,
+    donate: Sequence[int],
+    devices: Sequence[jax.Device] | None,
+) -> tuple[Runner, tuple[jax.Device, ...]]:
+    """The jitted runner and the real devices it uses: the mesh spread over `devices` (by
+    default every device jax sees) where its axes divide, else one device as before."""
+    pool = tuple(jax.devices() if devices is None else devices)
+    if not pool:
+        raise ConfigError("devices is empty: give at least one jax device, or None for all")
+    spread = None
     if partitioned is None:
         run = compile_program(program, donate)
     else:
-        run = compile_partitioned(program, partitioned, mesh.axis_names, mesh.shape, donate)
-    return Built(
-        local, program, memory, target, run, partitioned, plan, tuple(streams), tuple(cycles)
-    )
+        spread = plan_devices(partitioned, mesh.axis_names, mesh.shape, pool)
+        run = compile_partitioned(program, partitioned, mesh.axis_names, mesh.shape, donate, spread)
+    if spread is not None:
+        return run, spread.devices
+    # One device: jax's default, exactly as before, unless the caller named another.
+    device = default_device() if devices is None else pool[0]
+    if device == default_device():
+        return run, (device,)
+    return dataclasses.replace(run, device=device), (device,)
 
 
 def _phase_cycles(

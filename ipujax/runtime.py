@@ -5,17 +5,26 @@ laid out on tiles, each task's kernel runs its supersteps (exchanges are static 
 sets are vmapped per-tile kernels), and the outputs are gathered back. Step-by-step mode runs one
 task at a time, each jitted on its own, and reports every task's results, for traces and
 debugging. 64-bit types are on inside, because jax's own lowerings use u64 (see lowering).
+
+A mesh of many IPUs is the per-IPU program vmapped once per mesh axis. With several real jax
+devices, the axes `devices.plan_devices` picks are split over them: the same jitted function,
+with sharding constraints that XLA's SPMD partitioner follows (docs/distributed.md).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
 
+from ipujax.devices import DevicePlan
 from lowering import Value
 from partitioner.layout import from_tiles, to_tiles
 from partitioner.partition import Partitioned
@@ -36,15 +45,67 @@ def _run_tasks(program: Program, flat: Sequence[Array]) -> tuple[Array, ...]:
     return tuple(from_tiles(env[v], program.layouts[v]) for v in program.outputs)
 
 
-def compile_program(program: Program, donate: Sequence[int] = ()) -> Callable[..., tuple]:
+@dataclasses.dataclass(frozen=True)
+class Runner:
+    """A jitted function of the flat inputs, called with 64-bit types on; with a `device`, its
+    uncommitted arguments go there rather than to jax's default device."""
+
+    jitted: Any  # the jax.jit-wrapped function
+    device: jax.Device | None = None
+    # Spread over devices: the jit's in_shardings, which arguments are moved to first.
+    shardings: tuple[NamedSharding, ...] | None = None
+
+    def __call__(self, *flat: Array) -> tuple[Array, ...]:
+        with jax.enable_x64(True), self._placement():
+            if self.shardings is not None:
+                flat = _placed(flat, self.shardings)
+            return self.jitted(*flat)
+
+    def lower(self, *flat: Array) -> jax.stages.Lowered:
+        """jax's lowering of the runner for `flat`: `.compile().as_text()` is the XLA program
+        the real devices run."""
+        with jax.enable_x64(True), self._placement():
+            return self.jitted.lower(*flat)
+
+    def _placement(self) -> contextlib.AbstractContextManager[Any]:
+        if self.device is None:
+            return contextlib.nullcontext()
+        return jax.default_device(self.device)
+
+
+def _placed(flat: tuple[Array, ...], shardings: Sequence[NamedSharding]) -> tuple[Array, ...]:
+    """The arguments on the devices the jitted function takes them on. jax.jit refuses a
+    committed array sharded otherwise, and moves host data more slowly than one batched
+    `device_put`; moving only the misplaced ones keeps the usual call, an earlier step's
+    outputs fed back in, at a comparison per argument."""
+    moved = [
+        i
+        for i, (x, s) in enumerate(zip(flat, shardings, strict=True))
+        if getattr(x, "sharding", None) != s
+    ]
+    if not moved:
+        return flat
+    placed = list(flat)
+    arrays = jax.device_put([_via_host(flat[i]) for i in moved], [shardings[i] for i in moved])
+    for i, x in zip(moved, arrays, strict=True):
+        placed[i] = x
+    return tuple(placed)
+
+
+def _via_host(x: Array) -> Array:
+    """A jax array on one CPU device as a numpy view of it (no copy): spreading it from the host
+    is several times faster than jax's device-to-device copies on CPU (4 ms against 12 ms for the
+    tiny GPT step's 86 arrays)."""
+    if isinstance(x, jax.Array) and len(x.devices()) == 1:
+        (device,) = x.devices()
+        if device.platform == "cpu":
+            return np.asarray(x)
+    return x
+
+
+def compile_program(program: Program, donate: Sequence[int] = ()) -> Runner:
     """The program as one jitted function of its flat inputs."""
-    jitted = jax.jit(lambda *flat: _run_tasks(program, flat), donate_argnums=tuple(donate))
-
-    def run(*flat: Array) -> tuple[Array, ...]:
-        with jax.enable_x64(True):
-            return jitted(*flat)
-
-    return run
+    return Runner(jax.jit(lambda *flat: _run_tasks(program, flat), donate_argnums=tuple(donate)))
 
 
 def run_step_by_step(program: Program, flat: Sequence[Array]) -> Iterator[tuple[Task, tuple]]:
@@ -114,18 +175,16 @@ def _groups(sharding: Sharding, kept: list[str]) -> list[set[int]]:
     ]
 
 
-def compile_partitioned(
+def _vmapped(
     program: Program,
-    partitioned: Partitioned,
+    in_shardings: Sequence[Sharding],
     axis_names: Sequence[str],
     sizes: dict,
-    donate: Sequence[int] = (),
+    devices: DevicePlan | None,
 ) -> Callable[..., tuple]:
-    """The per-IPU program run on every IPU of the mesh at once, as one jitted function: one
-    `jax.vmap` per mesh axis, named so that collectives are `jax.lax` collectives over it."""
-    in_shardings = partitioned.input_shardings
-    out_shardings = partitioned.output_shardings
-    global_outputs = partitioned.global_graph.outputs
+    """The per-IPU program vmapped once per mesh axis, named so that its collectives are
+    `jax.lax` collectives over the axis. A spread axis's batch dimension is its device axis
+    (`spmd_axis_name`), which any sharding constraint inside keeps split."""
 
     def per_ipu(*flat: Array) -> tuple[Array, ...]:
         return _run_tasks(program, flat)
@@ -133,22 +192,73 @@ def compile_partitioned(
     run = per_ipu
     for axis in reversed(axis_names):
         in_axes = tuple(0 if axis in s.axes else None for s in in_shardings)
-        run = jax.vmap(run, in_axes=in_axes, axis_name=axis, axis_size=sizes[axis])
+        spmd = devices.device_axes.get(axis) if devices is not None else None
+        run = jax.vmap(
+            run, in_axes=in_axes, axis_name=axis, axis_size=sizes[axis], spmd_axis_name=spmd
+        )
+    return run
+
+
+def compile_partitioned(
+    program: Program,
+    partitioned: Partitioned,
+    axis_names: Sequence[str],
+    sizes: dict,
+    donate: Sequence[int] = (),
+    devices: DevicePlan | None = None,
+) -> Runner:
+    """The per-IPU program run on every IPU of the mesh at once, as one jitted function: global
+    inputs split into `[mesh axes..., *block]`, the vmapped per-IPU program, outputs joined.
+
+    With a `DevicePlan`, the split inputs and the per-IPU outputs are constrained to lie split
+    along the spread mesh axes over their devices, and XLA's SPMD partitioner gives each device
+    its IPUs' share of every op in between; the per-IPU kernels and collectives are unchanged."""
+    in_shardings = partitioned.input_shardings
+    out_shardings = partitioned.output_shardings
+    global_outputs = partitioned.global_graph.outputs
+    run = _vmapped(program, in_shardings, axis_names, sizes, devices)
 
     def everything(*flat: Array) -> tuple[Array, ...]:
         shards = [
             _split_input(x, s, axis_names, sizes) for x, s in zip(flat, in_shardings, strict=True)
         ]
+        if devices is not None:
+            shards = [
+                devices.constrain(x, [a for a in axis_names if a in s.axes])
+                for x, s in zip(shards, in_shardings, strict=True)
+            ]
         outputs = run(*shards)
+        if devices is not None:
+            outputs = tuple(devices.constrain(y, axis_names) for y in outputs)
         return tuple(
             _join_output(y, s, v.shape, axis_names)
             for y, s, v in zip(outputs, out_shardings, global_outputs, strict=True)
         )
 
-    jitted = jax.jit(everything, donate_argnums=tuple(donate))
+    if devices is None:
+        return Runner(jax.jit(everything, donate_argnums=tuple(donate)))
+    return _spread(everything, partitioned, sizes, devices, donate)
 
-    def call(*flat: Array) -> tuple[Array, ...]:
-        with jax.enable_x64(True):
-            return jitted(*flat)
 
-    return call
+def _spread(
+    everything: Callable[..., tuple],
+    partitioned: Partitioned,
+    sizes: dict,
+    devices: DevicePlan,
+    donate: Sequence[int],
+) -> Runner:
+    """`everything` jitted with fixed shardings of its global inputs and outputs, so that outputs
+    fed back in as the next step's inputs (weights, optimizer state) are already where the
+    program wants them: left to XLA, their shardings need not match, and each new combination
+    of argument shardings compiles the program again."""
+    graph = partitioned.global_graph
+    ins = tuple(
+        devices.global_sharding(s, v.shape, sizes)
+        for s, v in zip(partitioned.input_shardings, graph.inputs, strict=True)
+    )
+    outs = tuple(
+        devices.global_sharding(s, v.shape, sizes)
+        for s, v in zip(partitioned.output_shardings, graph.outputs, strict=True)
+    )
+    jitted = jax.jit(everything, donate_argnums=tuple(donate), in_shardings=ins, out_shardings=outs)
+    return Runner(jitted, shardings=ins)

@@ -61,8 +61,10 @@ def _jitted(graph: Graph) -> Any:
     return jax.jit(lambda *flat: interpret(graph, flat))
 
 
-def flatten_args(graph: Graph, args: tuple, kwargs: dict) -> list[Any]:
-    """The argument leaves in the graph's input order, cast to the graph's input dtypes."""
+def flatten_args(graph: Graph, args: tuple, kwargs: dict, host: bool = False) -> list[Any]:
+    """The argument leaves in the graph's input order, cast to the graph's input dtypes. With
+    `host`, leaves that are not jax arrays stay numpy arrays (cast on the host), for a caller
+    that puts them on its devices itself: straight from the host is faster than through one."""
     leaves, tree = jax.tree.flatten((args, kwargs))
     if graph.in_tree is not None and tree != graph.in_tree:
         raise LoweringError(
@@ -76,7 +78,10 @@ def flatten_args(graph: Graph, args: tuple, kwargs: dict) -> list[Any]:
                 "lower again for the new shapes"
             )
     return [
-        jax.numpy.asarray(leaf, dtype=v.dtype) for leaf, v in zip(leaves, graph.inputs, strict=True)
+        np.asarray(leaf, dtype=v.dtype)
+        if host and not isinstance(leaf, jax.Array)
+        else jax.numpy.asarray(leaf, dtype=v.dtype)
+        for leaf, v in zip(leaves, graph.inputs, strict=True)
     ]
 
 
