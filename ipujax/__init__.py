@@ -11,6 +11,7 @@ and the modules of this package (API, runtime, cost report).
 """
 
 from ipujax.api import Compiled, Jitted, Lowered, jit
+from ipujax.cache import enable_from_environment, enable_persistent_cache
 from ipujax.errors import (
     ConfigError,
     IpujaxError,
@@ -48,8 +49,11 @@ __all__ = [
     "TileUsage",
     "UnsupportedOpError",
     "VerifyError",
+    "enable_persistent_cache",
     "evaluate",
     "jit",
     "lower",
     "make_mesh",
 ]
+
+enable_from_environment()

@@ -9,7 +9,8 @@ graph is one flat block plus the regions of structured ops. Every op keeps the u
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import jax
@@ -24,7 +25,7 @@ from lowering.locations import SourceLoc
 from lowering.vocabulary import ir_name
 
 _TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return"})
-_MLIR = dict[Any, Value]  # MLIR value -> IR value; MLIR values hash by identity of the value
+_MLIR = MutableMapping[Any, Value]  # MLIR value -> IR value; MLIR values hash by identity
 
 
 class _Importer:
@@ -97,8 +98,9 @@ class _Importer:
     def _region(self, region: ir.Region, env: _MLIR, loc: SourceLoc) -> Graph:
         block = region.blocks[0]
         inputs = tuple(self._new_value(arg.type, block.owner) for arg in block.arguments)
-        # A region may read values of the blocks around it, so it sees a copy of their env.
-        inner = {**env, **dict(zip(block.arguments, inputs, strict=True))}
+        # A region may read values of the blocks around it: it sees their env behind its own
+        # (a chain, not a copy: a large program has thousands of regions).
+        inner = ChainMap(dict(zip(block.arguments, inputs, strict=True)), env)
         ops, outputs = self._block(block, inner, loc)
         return Graph(inputs=inputs, outputs=outputs, ops=tuple(ops), name="region")
 

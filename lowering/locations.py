@@ -39,6 +39,13 @@ UNKNOWN = SourceLoc()
 
 
 def _as(cls: type, loc: ir.Location) -> Any:
+    """`loc` as a location of kind `cls`, or None. The bindings hand out locations of their
+    concrete kind, so an isinstance test answers; a plain `Location` is cast (slowly: a failed
+    cast raises)."""
+    if isinstance(loc, cls):
+        return loc
+    if type(loc) is not ir.Location:
+        return None
     try:
         return cls(loc)
     except (TypeError, ValueError):

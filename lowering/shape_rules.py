@@ -10,6 +10,7 @@ them to derive per-shard shapes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -162,12 +163,26 @@ def _abstract_shape_rule(name: str) -> ShapeRule:
     """The shape rule of jax.lax itself: abstract evaluation of the op's evaluation rule."""
 
     def rule(*operands: Aval, **attrs: Any) -> tuple[Aval, ...]:
-        with jax.enable_x64(True):
-            out = jax.eval_shape(lambda *xs: EVAL_RULES[name](*xs, **attrs), *operands)
-        return tuple(Aval(o.shape, o.dtype) for o in out)
+        key = (name, operands, tuple(sorted(attrs.items())))
+        try:
+            return _evaluated(key)
+        except TypeError:  # an attribute that does not hash: evaluate without the cache
+            return _evaluate(key)
 
     rule.__name__ = f"_{name}_shape_rule"
     return rule
+
+
+def _evaluate(key: tuple) -> tuple[Aval, ...]:
+    name, operands, attrs = key
+    with jax.enable_x64(True):
+        out = jax.eval_shape(lambda *xs: EVAL_RULES[name](*xs, **dict(attrs)), *operands)
+    return tuple(Aval(o.shape, o.dtype) for o in out)
+
+
+# jax's abstract evaluation takes milliseconds; a model of many identical layers asks the same
+# question thousands of times.
+_evaluated = functools.lru_cache(maxsize=65536)(_evaluate)
 
 
 _ABSTRACT = (

@@ -1,5 +1,5 @@
-"""What tile rules share while the scheduler maps one program: the target and the tile offset
-that spreads linearly mapped tensors over the chip."""
+"""What tile rules share while the scheduler maps one program: the target, the tile offset that
+spreads linearly mapped tensors over the chip, and which op made each value so far."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from lowering import Value
+from lowering import Op, Value
 from partitioner.layout import Layout, linear_layout
 from partitioner.links import LinkModel
 from partitioner.target import Target
@@ -19,6 +19,7 @@ class MappingContext:
     target: Target
     constants: dict[Value, np.ndarray] = field(default_factory=dict)
     links: LinkModel | None = None
+    producers: dict[Value, Op] = field(default_factory=dict)  # value -> the op that made it
     _next_start: int = 0
 
     def linear(self, value: Value) -> Layout:

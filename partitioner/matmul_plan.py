@@ -108,6 +108,30 @@ def plan_matmul(
                 best is None or (plan.cycles, plan.tiles) < (best.cycles, best.tiles)
             ):
                 best = plan
+    if best is not None:
+        best = _stretched(problem, best, target)
     chosen = best or smallest
     assert chosen is not None  # the all-ones split is always a candidate
     return chosen
+
+
+def _stretched(problem: _Problem, plan: MatmulPlan, target: Target) -> MatmulPlan:
+    """The plan with one dimension split further, to use the tiles a power-of-two grid leaves
+    idle (1,472 = 23 x 64), when that is faster and fits: PopLibs searches uneven splits too."""
+    tiles = target.tiles_per_ipu
+    sizes = (problem.batch, problem.rows, problem.cols, problem.depth)
+    split = (plan.b, plan.m, plan.n, plan.k)
+    best = plan
+    for dim, size in enumerate(sizes):
+        others = math.prod(split) // split[dim]
+        wider = min(size, tiles // others)
+        if wider <= split[dim]:
+            continue
+        candidate = (*split[:dim], wider, *split[dim + 1 :])
+        for serial in _serial_candidates(_ceil(problem.depth, candidate[3])):
+            trial = _evaluate(problem, candidate, serial, target)
+            if trial.temp_bytes_per_tile <= target.matmul_memory_budget and (
+                trial.cycles < best.cycles
+            ):
+                best = trial
+    return best

@@ -223,11 +223,12 @@ def _apply(live: np.ndarray, item: Storage, sign: int) -> None:
 
 
 def _describe(value: Value, graph: Graph, producers: dict[Value, Op]) -> str:
-    if value in graph.inputs:
-        name = graph.input_names[graph.inputs.index(value)] if graph.input_names else "input"
-        return f"argument {name} {value.type_str}"
-    producer = producers[value]
-    return f"{producer.name} {value.type_str} at {producer.loc}"
+    producer = producers.get(value)
+    if producer is not None:
+        return f"{producer.name} {value.type_str} at {producer.loc}"
+    index = graph.inputs.index(value)
+    name = graph.input_names[index] if graph.input_names else "input"
+    return f"argument {name} {value.type_str}"
 
 
 def producers_of(program: Program) -> dict[Value, Op]:
@@ -246,11 +247,18 @@ def largest_on_tile(
     (`producers_of(program)`) when asking about several tiles, to build it once."""
     at = int(memory.peak_task[tile])
     producers = producers if producers is not None else producers_of(program)
-    here = [
-        (s.bytes_per_tile, _describe(s.value, graph, producers))
-        for s in memory.storages
-        if s.layout.start <= tile < s.layout.stop and s.live_at(at)
-    ]
+    sizes = sorted(
+        (
+            (s.bytes_per_tile, s.value)
+            for s in memory.storages
+            if s.layout.start <= tile < s.layout.stop and s.live_at(at)
+        ),
+        key=lambda pair: pair[0],
+        reverse=True,
+    )
+    # Described only down to the count-th size (ties kept): a large program has thousands.
+    cutoff = sizes[count - 1][0] if len(sizes) >= count > 0 else 0
+    here = [(size, _describe(v, graph, producers)) for size, v in sizes if size >= cutoff]
     task = program.tasks[at] if program.tasks else None
     if task is not None:
         for temp in task.temporaries:

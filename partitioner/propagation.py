@@ -19,7 +19,7 @@ it came from.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lowering import Graph, Op, Value
 from partitioner.factor_rules import FACTOR_RULES, Factors
@@ -82,12 +82,36 @@ def _project(dims: tuple[int | None, ...], axes: tuple[Axes, ...]) -> Sharding:
     return Sharding(tuple(() if f is None else axes[f] for f in dims))
 
 
-def _sweep(
-    ops: list[Op], known: dict[Value, Sharding], origins: dict[Value, str], fixed: set[Value]
-) -> bool:
+@dataclass
+class _State:
+    """Propagation's working state. `clock` counts changes; an op is visited again only if one
+    of its tensors changed since its last visit (otherwise the visit would change nothing, as
+    deciding and refining are deterministic and idempotent), which keeps large programs fast."""
+
+    known: dict[Value, Sharding]
+    origins: dict[Value, str]
+    fixed: set[Value]
+    factors: dict[Op, Factors]
+    changed_at: dict[Value, int] = field(default_factory=dict)
+    visited_at: dict[Op, int] = field(default_factory=dict)
+    clock: int = 0
+
+    def stale(self, op: Op) -> bool:
+        last = self.visited_at.get(op, -1)
+        if last < 0:
+            return True
+        return any(self.changed_at.get(v, -1) >= last for v in (*op.operands, *op.results))
+
+
+def _sweep(ops: list[Op], state: _State) -> bool:
     changed = False
+    known, fixed = state.known, state.fixed
     for op in ops:
-        factors = FACTOR_RULES[op.name](op)
+        if not state.stale(op):
+            continue
+        state.clock += 1
+        state.visited_at[op] = state.clock
+        factors = state.factors[op]
         axes = decide_factors(op, factors, known, fixed)
         tensors = list(zip(op.operands, factors.operands, strict=True))
         tensors += list(zip(op.results, factors.results, strict=True))
@@ -99,7 +123,8 @@ def _sweep(
             if refined is None:
                 continue
             known[value] = refined
-            origins[value] = f"propagated through {op.name} ({factors.rule}) at {op.loc}"
+            state.origins[value] = f"propagated through {op.name} ({factors.rule}) at {op.loc}"
+            state.changed_at[value] = state.clock
             changed = True
     return changed
 
@@ -138,18 +163,17 @@ def propagate_shardings(
             origins[result] = f"with_sharding_constraint at {op.loc}"
             fixed.add(result)
     ops = list(graph.ops)
+    state = _State(known, origins, fixed, {op: FACTOR_RULES[op.name](op) for op in ops})
     for _ in range(_MAX_SWEEPS):
-        forward = _sweep(ops, known, origins, fixed)
-        backward = _sweep(ops[::-1], known, origins, fixed)
+        forward = _sweep(ops, state)
+        backward = _sweep(ops[::-1], state)
         if not (forward or backward):
             break
     for value in _all_values(graph):
         if value not in known:
             known[value] = Sharding.replicated(len(value.shape))
             origins[value] = "replicated: no sharding reaches it"
-    op_factors = {
-        op: decide_factors(op, FACTOR_RULES[op.name](op), known, fixed) for op in graph.ops
-    }
+    op_factors = {op: decide_factors(op, state.factors[op], known, fixed) for op in graph.ops}
     return Propagated(known, origins, op_factors)
 
 

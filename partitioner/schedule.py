@@ -36,6 +36,7 @@ def schedule(graph: Graph, target: Target, links: LinkModel | None = None) -> Pr
         reads = _reads(op)
         task = TILE_RULES[op.name](op, reads, tuple(layouts[v] for v in reads), ctx)
         layouts.update(zip(op.results, task.result_layouts, strict=True))
+        ctx.producers.update((r, op) for r in op.results)
         tasks.append(task)
     return Program(
         inputs=graph.inputs,

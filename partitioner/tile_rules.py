@@ -7,7 +7,8 @@ on `[tiles, *block]` arrays, and the supersteps it costs. There are five kinds:
   `jax.vmap`ped over the tile axis, so each tile computes its own block;
 - dot_general is planned as PopLibs plans a matmul (`matmul_plan`): operands are exchanged into
   [B, M, K] and [B, K, N] blocks over a grid of tiles, each tile runs the dot of its blocks, and
-  a K split is reduced across tiles in a second superstep;
+  a K split is reduced across tiles in a second superstep (the kernel computes both supersteps
+  as one contraction over the K grid and blocks, the same sums);
 - reduce runs in stages: each tile reduces its block, then partials are exchanged to the tiles
   that own the output and reduced again;
 - views (reshape of a linearly mapped tensor, sharding annotations, barriers) cost nothing;
@@ -80,11 +81,7 @@ def _elementwise_tile_rule(
     result = op.results[0]
     if any(v.shape not in (result.shape, ()) for v in op.operands):
         return _whole_tensor_tile_rule(op, inputs, layouts, ctx)
-    out = next(
-        (lay for v, lay in zip(op.operands, layouts, strict=True) if v.shape == result.shape),
-        None,
-    ) or ctx.linear(result)
-    out = dataclasses.replace(out, shape=result.shape)
+    out = dataclasses.replace(_elementwise_layout(op, layouts, ctx), shape=result.shape)
     tiled = tuple(v.shape == result.shape and v.shape != () for v in op.operands)
     if result.shape == ():
         tiled = tuple(True for _ in op.operands)
@@ -94,6 +91,10 @@ def _elementwise_tile_rule(
             relayout(t, lay, out) if is_tiled else from_tiles(t, lay)
             for t, lay, is_tiled in zip(tiles, layouts, tiled, strict=True)
         ]
+        if all(tiled):
+            # vmap of an elementwise op over the tile axis is the op on the stacked blocks;
+            # applying it directly gives the same program and traces much faster.
+            return tuple(apply_rule(op, blocks, op.attrs, {}))
         axes = [0 if is_tiled else None for is_tiled in tiled]
         block_rule = jax.vmap(lambda *b: apply_rule(op, list(b), op.attrs, {}), in_axes=axes)
         return tuple(block_rule(*blocks))
@@ -101,19 +102,55 @@ def _elementwise_tile_rule(
     return Task(op, inputs, layouts, (out,), kernel, _elementwise_steps(op, layouts, out, ctx))
 
 
+# Results that Poplar holds as views of a smaller tensor (broadcasts) or as constants: an
+# elementwise op never takes its layout from them while another operand has one.
+_VIEWS = frozenset({"broadcast_in_dim", "constant", "iota"})
+
+
+def _producer(value: Value, ctx: MappingContext) -> str:
+    op = ctx.producers.get(value)
+    return op.name if op is not None else ""
+
+
+def _moved_bytes(value: Value, layout: Layout, out: Layout, ctx: MappingContext) -> int:
+    """Bytes the busiest tile receives to hold its block of `value` in the layout `out`: none if
+    it is there already; a broadcast (a view in Poplar) brings at most its source."""
+    if value.shape == ():
+        return value.dtype.itemsize
+    if layout == out or free_move(layout, out):
+        return 0
+    block = out.block_elements * value.dtype.itemsize
+    producer = ctx.producers.get(value)
+    if producer is not None and producer.name == "broadcast_in_dim":
+        return min(block, producer.operands[0].nbytes)
+    if producer is not None and producer.name == "iota":
+        return 0  # each tile makes its own indices
+    return block
+
+
+def _elementwise_layout(op: Op, layouts: tuple[Layout, ...], ctx: MappingContext) -> Layout:
+    """The result takes the layout of a full-size operand, chosen as PopLibs'
+    `createOutputForElementWiseOp` chooses: not a broadcast or constant, then the fewest
+    elements on the fullest tile, then the most tiles; the first operand on a tie. With no
+    full-size operand, a fresh linear layout."""
+    result = op.results[0]
+    full = [
+        (v, lay) for v, lay in zip(op.operands, layouts, strict=True) if v.shape == result.shape
+    ]
+    if not full:
+        return ctx.linear(result)
+    computed = [lay for v, lay in full if _producer(v, ctx) not in _VIEWS]
+    return min(
+        computed or [lay for _, lay in full], key=lambda lay: (lay.block_elements, -lay.tiles)
+    )
+
+
 def _elementwise_steps(
     op: Op, layouts: tuple[Layout, ...], out: Layout, ctx: MappingContext
 ) -> tuple[Superstep, ...]:
     result = op.results[0]
     block = out.block_elements
-    moved = [
-        v.dtype.itemsize
-        if v.shape == ()
-        else 0
-        if lay == out or free_move(lay, out)
-        else block * v.dtype.itemsize
-        for v, lay in zip(op.operands, layouts, strict=True)
-    ]
+    moved = [_moved_bytes(v, lay, out, ctx) for v, lay in zip(op.operands, layouts, strict=True)]
 
     cost = op_cost(op)
     flops = _per_tile(cost.flops, result.size, block)
@@ -159,20 +196,17 @@ def _dot_general_tile_rule(
     grid_l = Layout(_permuted(lhs, lb + lf + lc), (big_b, big_m, big_k), (plan.b, plan.m, plan.k))
     grid_r = Layout(_permuted(rhs, rb + rc + rf), (big_b, big_k, big_n), (plan.b, plan.k, plan.n))
     out = Layout(result.shape, (big_b, big_m, big_n), (plan.b, plan.m, plan.n))
-    rule = _dot_block_rule(op, plan.serial, partial_dtype)
+    contract = _grid_dot(op, partial_dtype)
 
     def kernel(lhs_tiles: Array, rhs_tiles: Array) -> tuple[Array, ...]:
         left = _to_grid(lhs_tiles, layouts[0], lb + lf + lc, grid_l)
         right = _to_grid(rhs_tiles, layouts[1], rb + rc + rf, grid_r)
         left = left.reshape(plan.b, plan.m, plan.k, *grid_l.block)
         right = right.reshape(plan.b, plan.k, plan.n, *grid_r.block)
-        over_k = jax.vmap(rule, in_axes=(0, 0))  # [k] blocks of both
-        over_n = jax.vmap(over_k, in_axes=(None, 1))
-        over_m = jax.vmap(over_n, in_axes=(0, None))
-        partials = jax.vmap(over_m, in_axes=(0, 0))(left, right)  # [b, m, n, k, *block]
-        partials = partials.reshape(out.tiles, plan.k, *out.block)
-        reduce_k = jax.vmap(lambda parts: _sum_to(parts, result.dtype))
-        return (reduce_k(partials),)
+        blocks = contract(left, right)  # [b, Bb, m, Mb, n, Nb]
+        blocks = lax.transpose(blocks, (0, 2, 4, 1, 3, 5))
+        blocks = blocks.reshape(out.tiles, *out.block)
+        return (lax.convert_element_type(blocks, result.dtype),)
 
     steps = _dot_steps(op, plan, grid_l, grid_r, out, partial_dtype, ctx.target)
     # With a serial split, each loop iteration receives and holds one chunk of K at a time.
@@ -194,37 +228,28 @@ def _to_grid(tiles: Array, source: Layout, order: Sequence[int], grid: Layout) -
     return to_tiles(lax.transpose(logical, tuple(order)), grid, 0)
 
 
-def _dot_block_rule(op: Op, serial: int, partial_dtype: np.dtype) -> Callable[..., Array]:
-    """One tile's work: [Bb, Mb, Kb] x [Bb, Kb, Nb] in `serial` chunks of K, as a loop of
-    smaller matmuls accumulating in `partial_dtype` (PopLibs' partials type, f32 for floats)."""
-    attrs = {**op.attrs, "dimension_numbers": (((2,), (1,)), ((0,), (0,)))}
-    attrs["preferred_element_type"] = partial_dtype
+def _grid_dot(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
+    """Both supersteps of a planned matmul in one contraction: tile (b, m, n, k) multiplies its
+    [Bb, Mb, Kb] and [Bb, Kb, Nb] blocks into partials of `partial_dtype` (PopLibs' partials
+    type, f32 for floats), and the partials of the k tiles are summed. One `dot_general` over
+    the K grid and the K blocks together computes the same sums, in XLA's order, without
+    holding the partials: the simulator needs the values, the cost model charges the steps.
+    Zero padding of the K blocks adds nothing."""
+    attrs = {
+        **op.attrs,
+        # left [b, m, k, Bb, Mb, Kb], right [b, k, n, Bb, Kb, Nb] -> [b, Bb, m, Mb, n, Nb]
+        "dimension_numbers": (((2, 5), (1, 4)), ((0, 3), (0, 3))),
+        "preferred_element_type": partial_dtype,
+    }
 
-    def rule(left: Array, right: Array) -> Array:
+    def contract(left: Array, right: Array) -> Array:
         if left.dtype.itemsize < partial_dtype.itemsize and partial_dtype.kind == "f":
             # XLA:CPU has no bf16 x bf16 -> f32 dot; widening first is exact.
             left = lax.convert_element_type(left, partial_dtype)
             right = lax.convert_element_type(right, partial_dtype)
-        chunk = left.shape[2] // serial
-        total = None
-        for i in range(serial):
-            part = apply_rule(
-                op,
-                [left[:, :, i * chunk : (i + 1) * chunk], right[:, i * chunk : (i + 1) * chunk]],
-                attrs,
-                {},
-            )[0]
-            total = part if total is None else lax.add(total, part)
-        return total
+        return apply_rule(op, [left, right], attrs, {})[0]
 
-    return rule
-
-
-def _sum_to(parts: Array, dtype: np.dtype) -> Array:
-    total = parts[0]
-    for i in range(1, parts.shape[0]):
-        total = lax.add(total, parts[i])
-    return lax.convert_element_type(total, dtype)
+    return contract
 
 
 def _dot_steps(
