@@ -26,10 +26,18 @@ def _reads(op: Op) -> tuple[Value, ...]:
     return op.operands + tuple(captured)
 
 
+def _consumers(graph: Graph) -> dict[Value, tuple[str, ...]]:
+    found: dict[Value, list[str]] = {}
+    for op in graph.ops:
+        for value in _reads(op):
+            found.setdefault(value, []).append(op.name)
+    return {value: tuple(names) for value, names in found.items()}
+
+
 def schedule(graph: Graph, target: Target, links: LinkModel | None = None) -> Program:
     """Maps every value of `graph` onto the tiles of one IPU and orders its supersteps; with a
     link model, collectives are costed over IPU-Links."""
-    ctx = MappingContext(target, links=links)
+    ctx = MappingContext(target, links=links, consumers=_consumers(graph))
     layouts = {value: ctx.linear(value) for value in graph.inputs}
     tasks: list[Task] = []
     for op in graph.ops:

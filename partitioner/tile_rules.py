@@ -197,6 +197,8 @@ def _dot_general_tile_rule(
     grid_r = Layout(_permuted(rhs, rb + rc + rf), (big_b, big_k, big_n), (plan.b, plan.k, plan.n))
     out = Layout(result.shape, (big_b, big_m, big_n), (plan.b, plan.m, plan.n))
     contract = _grid_dot(op, partial_dtype)
+    # A partial sum that a collective reduces next is left for XLA to fuse into the reduction.
+    reduced_next = bool(set(ctx.consumers.get(result, ())) & {"all_reduce", "reduce_scatter"})
 
     def kernel(lhs_tiles: Array, rhs_tiles: Array) -> tuple[Array, ...]:
         left = _to_grid(lhs_tiles, layouts[0], lb + lf + lc, grid_l)
@@ -206,7 +208,8 @@ def _dot_general_tile_rule(
         blocks = contract(left, right)  # [b, Bb, m, Mb, n, Nb]
         blocks = lax.transpose(blocks, (0, 2, 4, 1, 3, 5))
         blocks = blocks.reshape(out.tiles, *out.block)
-        return (lax.convert_element_type(blocks, result.dtype),)
+        blocks = lax.convert_element_type(blocks, result.dtype)
+        return (blocks if reduced_next else _materialised(blocks),)
 
     steps = _dot_steps(op, plan, grid_l, grid_r, out, partial_dtype, ctx.target)
     # With a serial split, each loop iteration receives and holds one chunk of K at a time.
@@ -226,6 +229,12 @@ def _to_grid(tiles: Array, source: Layout, order: Sequence[int], grid: Layout) -
     """Exchange an operand into a matmul grid: to logical, transpose to canonical, to blocks."""
     logical = from_tiles(tiles, source)
     return to_tiles(lax.transpose(logical, tuple(order)), grid, 0)
+
+
+def _materialised(x: Array) -> Array:
+    """`x` computed once, in tile order: left to XLA, the transpose of a matmul's result to
+    tile order is fused into every consumer and recomputed there through strided reads."""
+    return lax.optimization_barrier(x)
 
 
 def _grid_dot(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
