@@ -277,17 +277,8 @@ def peak_memory_bytes() -> int:
 def run_child(kind: str, payload: dict[str, Any], devices: int | None = None) -> dict[str, Any]:
     """Runs `kind` in a fresh Python process (this file with `--child`); with `devices`, jax there
     has that many forced host devices. Returns the JSON the child prints last."""
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", kind, json.dumps(payload)],
-        env=spmd_compare.child_env(devices),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"the {kind} child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    argv = [str(Path(__file__).resolve()), "--child", kind, json.dumps(payload)]
+    return spmd_compare.run_json_child(argv, devices, kind, timeout=1800)
 
 
 # ---- run and compile: ipujax.jit against jax.jit in this process -------------------------------

@@ -320,6 +320,24 @@ def _child(names: Sequence[str]) -> None:
     print(json.dumps(result))
 
 
+def run_json_child(
+    argv: Sequence[str], devices: int | None, what: str, timeout: float = 900
+) -> Any:
+    """Runs `python argv...` in the environment of `child_env(devices)` and returns the JSON
+    its last line prints; a failed child raises with the end of its stderr."""
+    proc = subprocess.run(
+        [sys.executable, *argv],
+        env=child_env(devices),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {what} child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def child_env(devices: int | None = None) -> dict[str, str]:
     """The environment of a child Python process: CPU jax, the repository and its examples on
     the path and, with `devices`, that many forced host devices (an XLA flag that only takes
@@ -339,17 +357,7 @@ def child_env(devices: int | None = None) -> dict[str, str]:
 def xla_collectives(names: Iterable[str]) -> dict[str, list[Collective]]:
     """Runs the XLA side of the named cases in one child process with forced host devices."""
     names = list(names)
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--xla-child", *names],
-        env=child_env(DEVICES),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"the XLA child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    data = run_json_child([str(Path(__file__).resolve()), "--xla-child", *names], DEVICES, "XLA")
     return {name: [Collective(**c) for c in data[name]] for name in names}
 
 

@@ -175,8 +175,9 @@ def _runner(
     if spread is not None:
         return run, spread.devices
     # One device: jax's default, exactly as before, unless the caller named another.
-    device = default_device() if devices is None else pool[0]
-    if device == default_device():
+    default = default_device()
+    device = default if devices is None else pool[0]
+    if device == default:
         return run, (device,)
     return dataclasses.replace(run, device=device), (device,)
 

@@ -1,6 +1,6 @@
 """What tile rules share while the scheduler maps one program: the target, the tile offset that
-spreads linearly mapped tensors over the chip, which op made each value so far and which ops
-read each value."""
+spreads linearly mapped tensors over the chip, and the op that makes each value and the ops that
+read it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class MappingContext:
     target: Target
     constants: dict[Value, np.ndarray] = field(default_factory=dict)
     links: LinkModel | None = None
-    producers: dict[Value, Op] = field(default_factory=dict)  # value -> the op that made it
+    producers: dict[Value, Op] = field(default_factory=dict)  # value -> the op that makes it
     consumers: dict[Value, tuple[str, ...]] = field(default_factory=dict)  # value -> op names
     _next_start: int = 0
 

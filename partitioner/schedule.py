@@ -8,6 +8,8 @@ tasks, which the runtime runs in order and the cost model sums.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from lowering import Graph, Op, Value, free_values
 from partitioner.context import MappingContext
 from partitioner.links import LinkModel
@@ -26,10 +28,10 @@ def _reads(op: Op) -> tuple[Value, ...]:
     return op.operands + tuple(captured)
 
 
-def _consumers(graph: Graph) -> dict[Value, tuple[str, ...]]:
+def _consumers(ops: Sequence[Op], reads: Sequence[tuple[Value, ...]]) -> dict[Value, tuple]:
     found: dict[Value, list[str]] = {}
-    for op in graph.ops:
-        for value in _reads(op):
+    for op, values in zip(ops, reads, strict=True):
+        for value in values:
             found.setdefault(value, []).append(op.name)
     return {value: tuple(names) for value, names in found.items()}
 
@@ -37,14 +39,18 @@ def _consumers(graph: Graph) -> dict[Value, tuple[str, ...]]:
 def schedule(graph: Graph, target: Target, links: LinkModel | None = None) -> Program:
     """Maps every value of `graph` onto the tiles of one IPU and orders its supersteps; with a
     link model, collectives are costed over IPU-Links."""
-    ctx = MappingContext(target, links=links, consumers=_consumers(graph))
+    reads = [_reads(op) for op in graph.ops]
+    ctx = MappingContext(
+        target,
+        links=links,
+        producers={r: op for op in graph.ops for r in op.results},
+        consumers=_consumers(graph.ops, reads),
+    )
     layouts = {value: ctx.linear(value) for value in graph.inputs}
     tasks: list[Task] = []
-    for op in graph.ops:
-        reads = _reads(op)
-        task = TILE_RULES[op.name](op, reads, tuple(layouts[v] for v in reads), ctx)
+    for op, values in zip(graph.ops, reads, strict=True):
+        task = TILE_RULES[op.name](op, values, tuple(layouts[v] for v in values), ctx)
         layouts.update(zip(op.results, task.result_layouts, strict=True))
-        ctx.producers.update((r, op) for r in op.results)
         tasks.append(task)
     return Program(
         inputs=graph.inputs,
