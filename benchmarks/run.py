@@ -777,9 +777,8 @@ def memory_section(setup: Setup) -> Section:
         "difference, what compiling and running this program cost (XLA's compile of the "
         "runtime included); vs fewest tiles: that figure over the same at the fewest tiles, and "
         f"the goal is that it is at most {MEMORY_RATIO_GOAL}: memory does not grow with the tile "
-        f"count (fewer tiles may cost more: bigger blocks). {PEAK_MEMORY}. "
-        "Tensors are stored as one `[tiles, *block]` array each, so memory should follow the "
-        "tensors' bytes, not the tile count."
+        f"count. {PEAK_MEMORY}. The runtime keeps tensors in logical order, whatever their "
+        "layout on tiles, so memory should follow the tensors' bytes, not the tile count."
     )
     title = "Simulator memory against tile count"
     return Section("memory", title, markdown_table(header, rows), meaning, tuple(goals))

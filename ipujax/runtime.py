@@ -1,10 +1,10 @@
-"""The BSP runtime: runs a scheduled Program on `[tiles, *block]` arrays.
+"""The BSP runtime: runs a scheduled Program.
 
-The whole program is one jitted jax function, so a call costs about one XLA call: inputs are
-laid out on tiles, each task's kernel runs its supersteps (exchanges are static re-layouts, compute
-sets are vmapped per-tile kernels), and the outputs are gathered back. Step-by-step mode runs one
-task at a time, each jitted on its own, and reports every task's results, for traces and
-debugging. 64-bit types are on inside, because jax's own lowerings use u64 (see lowering).
+The whole program is one jitted jax function, so a call costs about one XLA call: each task's
+kernel computes what its supersteps compute on the tiles, on tensors kept in logical order
+(`tile_rules` says why). Step-by-step mode runs one task at a time, each jitted on its own, and
+reports every task's results, for traces and debugging. 64-bit types are on inside, because
+jax's own lowerings use u64 (see lowering).
 
 A mesh of many IPUs is the per-IPU program vmapped once per mesh axis. With several real jax
 devices, the axes `devices.plan_devices` picks are split over them: the same jitted function,
@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding
 
 from ipujax.devices import DevicePlan
 from lowering import Value
-from partitioner.layout import from_tiles, to_tiles
+from lowering.eval_rules import local_mesh_axes
 from partitioner.partition import Partitioned
 from partitioner.program import Program, Task
 from partitioner.sharding import Sharding
@@ -35,14 +35,11 @@ Array = Any
 
 
 def _run_tasks(program: Program, flat: Sequence[Array]) -> tuple[Array, ...]:
-    env: dict[Value, Array] = {
-        v: to_tiles(x, lay)
-        for v, x, lay in zip(program.inputs, flat, program.input_layouts, strict=True)
-    }
+    env: dict[Value, Array] = dict(zip(program.inputs, flat, strict=True))
     for task in program.tasks:
         results = task.kernel(*[env[v] for v in task.inputs])
         env.update(zip(task.op.results, results, strict=True))
-    return tuple(from_tiles(env[v], program.layouts[v]) for v in program.outputs)
+    return tuple(env[v] for v in program.outputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,17 +108,11 @@ def compile_program(program: Program, donate: Sequence[int] = ()) -> Runner:
 def run_step_by_step(program: Program, flat: Sequence[Array]) -> Iterator[tuple[Task, tuple]]:
     """Runs one task at a time; yields each task and its results as logical arrays."""
     with jax.enable_x64(True):
-        env: dict[Value, Array] = {
-            v: to_tiles(x, lay)
-            for v, x, lay in zip(program.inputs, flat, program.input_layouts, strict=True)
-        }
+        env: dict[Value, Array] = dict(zip(program.inputs, flat, strict=True))
         for task in program.tasks:
             results = jax.jit(task.kernel)(*[env[v] for v in task.inputs])
             env.update(zip(task.op.results, results, strict=True))
-            logical = tuple(
-                from_tiles(r, lay) for r, lay in zip(results, task.result_layouts, strict=True)
-            )
-            yield task, logical
+            yield task, tuple(results)
 
 
 # ---- many IPUs: the per-IPU program vmapped over the mesh axes -------------------------------
@@ -227,7 +218,9 @@ def compile_partitioned(
                 devices.constrain(x, [a for a in axis_names if a in s.axes])
                 for x, s in zip(shards, in_shardings, strict=True)
             ]
-        outputs = run(*shards)
+        on_one_device = set(axis_names) - set(devices.device_axes if devices else ())
+        with local_mesh_axes(on_one_device):
+            outputs = run(*shards)
         if devices is not None:
             outputs = tuple(devices.constrain(y, axis_names) for y in outputs)
         return tuple(

@@ -8,7 +8,9 @@ the tile runtime, run under `jax.vmap`, so they use only jax.lax and never look 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -445,12 +447,40 @@ def _sharding_constraint_eval_rule(x: Array, **sharding: Any) -> tuple[Array, ..
 
 
 _ALL_REDUCES = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
+_COMBINE = {"sum": lax.add, "max": lax.max, "min": lax.min}
+
+# The mesh axes whose IPUs the runtime holds on one device, as one axis of a vmap.
+_LOCAL_AXES: ContextVar[frozenset[str]] = ContextVar("local_axes", default=frozenset())
+
+
+@contextlib.contextmanager
+def local_mesh_axes(axes: Iterable[str]) -> Iterator[None]:
+    """While tracing, all-reduces over only these axes gather and combine the IPUs' values.
+
+    Under vmap a `psum` is a reduction over the mesh axis, a major dimension, which XLA:CPU runs
+    about 30 times slower than adding the slices (12 ms against 0.4 ms for 8 x 1024 x 256 f32).
+    Over an axis spread across real devices, `psum` stays: XLA makes it an all-reduce between
+    them, where gathering would copy every IPU's value to every device."""
+    token = _LOCAL_AXES.set(frozenset(axes))
+    try:
+        yield
+    finally:
+        _LOCAL_AXES.reset(token)
 
 
 def _all_reduce_eval_rule(
     x: Array, *, axes: tuple[str, ...], group_size: int, reduction: str = "sum", **why: Any
 ) -> tuple[Array, ...]:
-    return (_ALL_REDUCES[reduction](x, axes),)
+    if not set(axes) <= _LOCAL_AXES.get():
+        return (_ALL_REDUCES[reduction](x, axes),)
+    parts = [x]
+    for axis in axes:
+        parts = [g[i] for p in parts for g in [lax.all_gather(p, axis)] for i in range(len(g))]
+    combine = _COMBINE[reduction]
+    while len(parts) > 1:  # pairwise, as a tree
+        pairs = [combine(a, b) for a, b in zip(parts[::2], parts[1::2], strict=False)]
+        parts = pairs + parts[2 * len(pairs) :]
+    return (parts[0],)
 
 
 def _all_gather_eval_rule(

@@ -2,9 +2,10 @@
 
 A tensor is first viewed in a row-major reshape (`view`), each view dimension is split into
 `grid` parts of `block` elements (the last part padded), and block i of the flattened grid lives
-on tile `start + i`. The simulator stores such a tensor as one array with a leading tile axis,
-`[tiles, *block]`; `to_tiles` and `from_tiles` convert between that and the logical array, so a
-change of layout (an exchange) is a static reshape/pad/transpose that XLA fuses into one copy.
+on tile `start + i`. `to_tiles` states this in code: the tensor as `[tiles, *block]`, each
+tile's block in turn; `from_tiles` is its inverse. The cost model reads layouts (what each tile
+holds, what an exchange moves, when a move is free); the runtime keeps tensors in logical
+order, since where an element sits never changes its value (see `tile_rules`).
 
 Linear mapping, Poplar's default for tensors no op lays out, is the one-dimensional case: the
 flattened tensor cut into equal runs of whole grains, at least `min_bytes_per_tile` per tile.
@@ -145,15 +146,6 @@ def from_tiles(tiles: Array, layout: Layout) -> Array:
     if x.shape != layout.view:
         x = lax.slice(x, (0,) * rank, layout.view)
     return _reshape(x, layout.shape)
-
-
-def relayout(tiles: Array, source: Layout, target: Layout, pad_value: Any = 0) -> Array:
-    """An exchange: the same tensor moved from one layout to another (static, no data test)."""
-    if source == target:
-        return tiles
-    if free_move(source, target):
-        return _reshape(tiles, (target.tiles, *target.block))
-    return to_tiles(from_tiles(tiles, source), target, pad_value)
 
 
 def free_move(source: Layout, target: Layout) -> bool:

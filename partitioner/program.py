@@ -4,8 +4,8 @@ report see it.
 A superstep is Poplar's unit of execution: an exchange (tiles receive the data they need), a sync
 and a compute set (every working tile runs its vertex). Its cycles are fixed at scheduling time
 from the `Target` formulas; nothing here is ever measured. A task is one op's work: the kernel
-that runs its supersteps on `[tiles, *block]` arrays, its operands' and results' layouts, and the
-temporaries it holds on tiles while it runs.
+that computes its results (tensors in logical order, see `tile_rules`), its operands' and
+results' layouts, and the temporaries it holds on tiles while it runs.
 """
 
 from __future__ import annotations

@@ -1,20 +1,27 @@
 """Tile rules: how each op runs on tiles. One rule per op of the vocabulary.
 
-A rule maps an op onto tiles and returns a `Task`: the layouts of its results, a kernel that runs
-on `[tiles, *block]` arrays, and the supersteps it costs. There are five kinds:
+A rule maps an op onto tiles and returns a `Task`: the layouts of its results, the supersteps it
+costs, and a kernel that computes its results. There are five kinds:
 
-- elementwise ops follow their operands' layout; the kernel is the op's jax.lax evaluation rule
-  `jax.vmap`ped over the tile axis, so each tile computes its own block;
+- elementwise ops follow their operands' layout, and each tile applies the op to its block;
 - dot_general is planned as PopLibs plans a matmul (`matmul_plan`): operands are exchanged into
-  [B, M, K] and [B, K, N] blocks over a grid of tiles, each tile runs the dot of its blocks, and
-  a K split is reduced across tiles in a second superstep (the kernel computes both supersteps
-  as one contraction over the K grid and blocks, the same sums);
+  [B, M, K] and [B, K, N] blocks over a grid of tiles, each tile runs the dot of its blocks into
+  f32 partials, and a K split is reduced across tiles in a second superstep;
 - reduce runs in stages: each tile reduces its block, then partials are exchanged to the tiles
   that own the output and reduced again;
 - views (reshape of a linearly mapped tensor, sharding annotations, barriers) cost nothing;
 - every other op (data movement, gather and scatter, sort, convolution, control flow) runs as
   one kernel over the whole tensor, costed as an exchange that brings each result tile its block
   plus the op's work spread evenly over the result's tiles.
+
+Kernels take and return tensors in logical order and compute every tile's share at once. Where
+an element sits never changes its value, so an exchange moves nothing in the simulator, and
+an elementwise op on all blocks is the op on the whole tensor. What a split can change is kept:
+a matmul accumulates in PopLibs' partials type, and a reduction whose depth is split over tiles
+adds each tile's run first, then the tiles' partials. Storing
+tensors tile by tile instead made the simulator 1.3 to 1.7 times slower than `jax.jit` on a
+GPT step (transposes and pads at every change of layout); in logical order it is within a few
+percent on one IPU (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -24,14 +31,14 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from lowering import VOCABULARY, Op, Value, apply_rule, op_cost, walk
 from lowering.vocabulary import COLLECTIVES, CONTRACTIONS, ELEMENTWISE
 from partitioner.context import MappingContext
-from partitioner.layout import Layout, free_move, from_tiles, relayout, tile_bytes, to_tiles
+from partitioner.layout import Layout, free_move, tile_bytes
 from partitioner.matmul_plan import plan_matmul
 from partitioner.program import Superstep, Task, TileBytes
 from partitioner.target import Target
@@ -82,22 +89,10 @@ def _elementwise_tile_rule(
     if any(v.shape not in (result.shape, ()) for v in op.operands):
         return _whole_tensor_tile_rule(op, inputs, layouts, ctx)
     out = dataclasses.replace(_elementwise_layout(op, layouts, ctx), shape=result.shape)
-    tiled = tuple(v.shape == result.shape and v.shape != () for v in op.operands)
-    if result.shape == ():
-        tiled = tuple(True for _ in op.operands)
 
-    def kernel(*tiles: Array) -> tuple[Array, ...]:
-        blocks = [
-            relayout(t, lay, out) if is_tiled else from_tiles(t, lay)
-            for t, lay, is_tiled in zip(tiles, layouts, tiled, strict=True)
-        ]
-        if all(tiled):
-            # vmap of an elementwise op over the tile axis is the op on the stacked blocks;
-            # applying it directly gives the same program and traces much faster.
-            return tuple(apply_rule(op, blocks, op.attrs, {}))
-        axes = [0 if is_tiled else None for is_tiled in tiled]
-        block_rule = jax.vmap(lambda *b: apply_rule(op, list(b), op.attrs, {}), in_axes=axes)
-        return tuple(block_rule(*blocks))
+    def kernel(*arrays: Array) -> tuple[Array, ...]:
+        # Each tile applies the op to its block: over all tiles, the op on the whole tensor.
+        return tuple(apply_rule(op, list(arrays), op.attrs, {}))
 
     return Task(op, inputs, layouts, (out,), kernel, _elementwise_steps(op, layouts, out, ctx))
 
@@ -196,20 +191,10 @@ def _dot_general_tile_rule(
     grid_l = Layout(_permuted(lhs, lb + lf + lc), (big_b, big_m, big_k), (plan.b, plan.m, plan.k))
     grid_r = Layout(_permuted(rhs, rb + rc + rf), (big_b, big_k, big_n), (plan.b, plan.k, plan.n))
     out = Layout(result.shape, (big_b, big_m, big_n), (plan.b, plan.m, plan.n))
-    contract = _grid_dot(op, partial_dtype)
-    # A partial sum that a collective reduces next is left for XLA to fuse into the reduction.
-    reduced_next = bool(set(ctx.consumers.get(result, ())) & {"all_reduce", "reduce_scatter"})
+    contract = _contraction(op, partial_dtype)
 
-    def kernel(lhs_tiles: Array, rhs_tiles: Array) -> tuple[Array, ...]:
-        left = _to_grid(lhs_tiles, layouts[0], lb + lf + lc, grid_l)
-        right = _to_grid(rhs_tiles, layouts[1], rb + rc + rf, grid_r)
-        left = left.reshape(plan.b, plan.m, plan.k, *grid_l.block)
-        right = right.reshape(plan.b, plan.k, plan.n, *grid_r.block)
-        blocks = contract(left, right)  # [b, Bb, m, Mb, n, Nb]
-        blocks = lax.transpose(blocks, (0, 2, 4, 1, 3, 5))
-        blocks = blocks.reshape(out.tiles, *out.block)
-        blocks = lax.convert_element_type(blocks, result.dtype)
-        return (blocks if reduced_next else _materialised(blocks),)
+    def kernel(lhs_array: Array, rhs_array: Array) -> tuple[Array, ...]:
+        return (lax.convert_element_type(contract(lhs_array, rhs_array), result.dtype),)
 
     steps = _dot_steps(op, plan, grid_l, grid_r, out, partial_dtype, ctx.target)
     # With a serial split, each loop iteration receives and holds one chunk of K at a time.
@@ -225,31 +210,12 @@ def _permuted(value: Value, order: Sequence[int]) -> tuple[int, ...]:
     return tuple(value.shape[d] for d in order)
 
 
-def _to_grid(tiles: Array, source: Layout, order: Sequence[int], grid: Layout) -> Array:
-    """Exchange an operand into a matmul grid: to logical, transpose to canonical, to blocks."""
-    logical = from_tiles(tiles, source)
-    return to_tiles(lax.transpose(logical, tuple(order)), grid, 0)
-
-
-def _materialised(x: Array) -> Array:
-    """`x` computed once, in tile order: left to XLA, the transpose of a matmul's result to
-    tile order is fused into every consumer and recomputed there through strided reads."""
-    return lax.optimization_barrier(x)
-
-
-def _grid_dot(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
-    """Both supersteps of a planned matmul in one contraction: tile (b, m, n, k) multiplies its
-    [Bb, Mb, Kb] and [Bb, Kb, Nb] blocks into partials of `partial_dtype` (PopLibs' partials
-    type, f32 for floats), and the partials of the k tiles are summed. One `dot_general` over
-    the K grid and the K blocks together computes the same sums, in XLA's order, without
-    holding the partials: the simulator needs the values, the cost model charges the steps.
-    Zero padding of the K blocks adds nothing."""
-    attrs = {
-        **op.attrs,
-        # left [b, m, k, Bb, Mb, Kb], right [b, k, n, Bb, Kb, Nb] -> [b, Bb, m, Mb, n, Nb]
-        "dimension_numbers": (((2, 5), (1, 4)), ((0, 3), (0, 3))),
-        "preferred_element_type": partial_dtype,
-    }
+def _contraction(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
+    """Both supersteps of a planned matmul as one contraction: each tile (b, m, n, k) multiplies
+    its blocks into partials of `partial_dtype` (PopLibs' partials type, f32 for floats) and
+    the k tiles' partials are summed. Over all tiles these are the sums of one `dot_general`
+    with f32 accumulation; the cost model charges the steps, the simulator needs the values."""
+    attrs = {**op.attrs, "preferred_element_type": partial_dtype}
 
     def contract(left: Array, right: Array) -> Array:
         if left.dtype.itemsize < partial_dtype.itemsize and partial_dtype.kind == "f":
@@ -341,25 +307,38 @@ def _reduce_tile_rule(
     gp, gq = _reduce_split(rows, depth, itemsize, ctx.target)
     grids = [Layout(_permuted(x, kept + list(dims)), (rows, depth), (gp, gq)) for x in xs]
     outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
-    stage1 = {"dimensions": (1,)}
-    stage2 = {"dimensions": (0,)}
+    order = (*kept, *dims)
 
-    def kernel(*tiles: Array) -> tuple[Array, ...]:
-        inits = [from_tiles(t, lay) for t, lay in zip(tiles[half:], layouts[half:], strict=True)]
-        blocks = [
-            to_tiles(lax.transpose(from_tiles(t, lay), (*kept, *dims)), grid, init)
-            for t, lay, grid, init in zip(tiles[:half], layouts[:half], grids, inits, strict=True)
+    def kernel(*arrays: Array) -> tuple[Array, ...]:
+        if gq == 1:  # each tile reduces whole rows
+            return tuple(apply_rule(op, list(arrays), op.attrs, {}))
+        inits = list(arrays[half:])
+        staged = [
+            _depth_split(x, order, rows, gq, init)
+            for x, init in zip(arrays[:half], inits, strict=True)
         ]
-        local = jax.vmap(lambda *b: apply_rule(op, [*b, *inits], stage1, {}))(*blocks)
-        parts = [p.reshape(gp, gq, *p.shape[1:]) for p in local]
-        combine = jax.vmap(lambda *p: apply_rule(op, [*p, *inits], stage2, {}))
-        return tuple(combine(*parts))
+        local = apply_rule(op, [*staged, *inits], {"dimensions": (2,)}, {})
+        combined = apply_rule(op, [*local, *inits], {"dimensions": (1,)}, {})
+        return tuple(c.reshape(r.shape) for c, r in zip(combined, op.results, strict=True))
 
     in_place = list(kept + list(dims)) == sorted(kept + list(dims)) and all(
         free_move(lay, grid) for lay, grid in zip(layouts[:half], grids, strict=True)
     )
     steps = _reduce_steps(op, grids, outs, gq, in_place, ctx.target)
     return Task(op, inputs, layouts, outs, kernel, steps)
+
+
+def _depth_split(x: Array, order: tuple[int, ...], rows: int, gq: int, init: Array) -> Array:
+    """`x` as [rows, gq, qb]: its kept elements, then the reduced ones cut into the gq tiles'
+    runs of qb, the last run padded with the reduction's initial value."""
+    if list(order) != sorted(order):
+        x = lax.transpose(x, order)
+    x = x.reshape(rows, -1)
+    depth = x.shape[1]
+    qb = -(-depth // gq)
+    if qb * gq != depth:
+        x = lax.pad(x, init.astype(x.dtype), [(0, 0, 0), (0, qb * gq - depth, 0)])
+    return x.reshape(rows, gq, qb)
 
 
 def _reduce_steps(
@@ -415,8 +394,9 @@ def _reshape_tile_rule(
     if len(source.view) != 1:
         return _whole_tensor_tile_rule(op, inputs, layouts, ctx)
     # A reshape keeps the row-major order, so a linearly mapped tensor stays where it is.
-    out = dataclasses.replace(source, shape=op.results[0].shape)
-    return Task(op, inputs, layouts, (out,), lambda tiles: (tiles,), aliases=(0,))
+    shape = op.results[0].shape
+    out = dataclasses.replace(source, shape=shape)
+    return Task(op, inputs, layouts, (out,), lambda x: (x.reshape(shape),), aliases=(0,))
 
 
 def _identity_tile_rule(
@@ -439,7 +419,7 @@ def _constant_tile_rule(
     value = op.attrs["value"]
     out = ctx.linear(op.results[0])
     ctx.constants[op.results[0]] = value
-    return Task(op, inputs, layouts, (out,), lambda: (to_tiles(value, out),))
+    return Task(op, inputs, layouts, (out,), lambda: (jnp.asarray(value),))
 
 
 # ---- ops run as one kernel over the whole tensor -------------------------------------------
@@ -482,11 +462,9 @@ def _whole_tensor_tile_rule(
     count = len(op.operands)
     captured = inputs[count:]
 
-    def kernel(*tiles: Array) -> tuple[Array, ...]:
-        logical = [from_tiles(t, lay) for t, lay in zip(tiles, layouts, strict=True)]
-        env = dict(zip(captured, logical[count:], strict=True))
-        results = apply_rule(op, logical[:count], op.attrs, env)
-        return tuple(to_tiles(r, lay) for r, lay in zip(results, outs, strict=True))
+    def kernel(*arrays: Array) -> tuple[Array, ...]:
+        env = dict(zip(captured, arrays[count:], strict=True))
+        return tuple(apply_rule(op, list(arrays[:count]), op.attrs, env))
 
     return Task(op, inputs, layouts, outs, kernel, _whole_tensor_steps(op, outs, ctx))
 

@@ -119,9 +119,24 @@ def test_tiny_gpt_train_step_equals_jax_jit(
     expected_params, expected_state, expected_loss = gpt_expected
     assert_trees_close(loss, expected_loss)
     assert_trees_close(new_state, expected_state)  # AdamW's moments: the gradients
-    # Adam's first step is about lr * g / (|g| + eps): where a gradient is near eps, a
-    # different summation order moves it by a visible part of lr (1e-3). Allow 1% of a step.
-    assert_trees_close(new_params, expected_params, atol=1e-5)
+    _assert_adam_step_close(new_params, expected_params, expected_state)
+
+
+def _assert_adam_step_close(ours: Any, expected: Any, expected_state: Any) -> None:
+    """Parameters after AdamW's first step, to 1% of a step (lr 1e-3), where the step is well
+    conditioned. The step is about lr * g / (|g| + eps) (eps 1e-8): for a gradient within
+    100 eps of zero, a sum of cancelling terms, the last bits of g (which follow the order of
+    summation) move it by a visible part of lr. There the gradient is checked through the
+    moments, and the step only to be at most one step away (lr plus weight decay)."""
+    assert_trees_close(ours, expected, atol=1e-3 + 1e-4)
+    adam = expected_state[0]  # optax.adamw: (ScaleByAdamState, decay, lr)
+    gradients = jax.tree.map(lambda mu: np.abs(np.asarray(mu)) / (1 - 0.9), adam.mu)
+    for a, b, g in zip(*(jax.tree.leaves(t) for t in (ours, expected, gradients)), strict=True):
+        conditioned = g > 100 * 1e-8
+        assert conditioned.mean() > 0.9  # the exceptions stay few
+        np.testing.assert_allclose(
+            np.asarray(a)[conditioned], np.asarray(b)[conditioned], 1e-5, 1e-5
+        )
 
 
 # ---- with_sharding_constraint --------------------------------------------------------------------

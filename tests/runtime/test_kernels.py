@@ -1,0 +1,79 @@
+"""Kernels on tensors in logical order: the parts of a tile split that can change a value are
+kept (a reduction's two stages over uneven runs, f32 matmul partials), and an all-reduce over
+IPUs held on one device (gathered and added pairwise) equals jax's collective."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ipujax
+from lowering import EVAL_RULES
+from lowering.eval_rules import local_mesh_axes
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((3, 10_007)).astype(np.float32)  # a prime depth: the last run is short
+
+REDUCTIONS = {
+    "sum": lambda x: x.sum(axis=1),
+    "max": lambda x: x.max(),
+    "argmax": lambda x: jnp.argmax(x, axis=1),  # a variadic reduce: values and indices
+    "int sum over rows": lambda x: (x * 100).astype(jnp.int32).sum(axis=0),
+    "sum over a middle axis": lambda x: x.reshape(3, 1, 10_007).sum(axis=(0, 2)),
+}
+
+
+def _staged(compiled: Any) -> list[int]:
+    """How many tiles share the depth of each reduce (2 supersteps: it is split)."""
+    return [len(t.supersteps) for t in compiled.program.tasks if t.op.name == "reduce"]
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_split_reductions_equal_jax_jit(name: str) -> None:
+    fun = REDUCTIONS[name]
+    compiled = ipujax.jit(fun).lower(X).compile()  # a Bow IPU: spare tiles split the depth
+    assert 2 in _staged(compiled) or name == "int sum over rows"
+    expected = jax.jit(fun)(X)
+    ours = compiled(X)
+    if np.issubdtype(np.asarray(expected).dtype, np.integer):
+        np.testing.assert_array_equal(ours, expected)
+    else:
+        np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_a_bf16_matmul_accumulates_in_f32() -> None:
+    """PopLibs' partials are f32: 4,096 products of 129/128 sum exactly to 4,128 in f32, which
+    bf16 holds. A bf16 running sum could not: past 256, its spacing is 2 and more."""
+    x = jnp.full((1, 4096), 129 / 128, jnp.bfloat16)
+    w = jnp.ones((4096, 1), jnp.bfloat16)
+    ours = ipujax.jit(lambda x, w: x @ w)(x, w)
+    assert ours.dtype == jnp.bfloat16
+    assert float(ours[0, 0]) == 4128.0
+
+
+REDUCE = {"sum": jnp.sum, "max": jnp.max, "min": jnp.min}
+
+
+@pytest.mark.parametrize("reduction", list(REDUCE))
+@pytest.mark.parametrize("axes", [("a",), ("b",), ("a", "b")])
+def test_a_gathered_all_reduce_equals_jax_collective(reduction: str, axes: tuple) -> None:
+    """Over axes held on one device, the rule gathers and combines; elsewhere it is jax's
+    psum / pmax / pmin. Both give every IPU the reduction over the axes' IPUs."""
+    x = jnp.asarray(RNG.standard_normal((3, 5, 7)).astype(np.float32))  # IPUs a x b, 7 values
+    rule = EVAL_RULES["all_reduce"]
+
+    def run(local: bool) -> jax.Array:
+        def per_ipu(v: jax.Array) -> jax.Array:
+            with local_mesh_axes(("a", "b") if local else ()):
+                return rule(v, axes=axes, group_size=0, reduction=reduction)[0]
+
+        return jax.jit(jax.vmap(jax.vmap(per_ipu, axis_name="b"), axis_name="a"))(x)
+
+    dims = tuple("ab".index(a) for a in axes)
+    expected = jnp.broadcast_to(REDUCE[reduction](x, axis=dims, keepdims=True), x.shape)
+    np.testing.assert_allclose(run(True), expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(run(False), expected, rtol=1e-6, atol=1e-6)
