@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lowering import VOCABULARY, Op
+from lowering.regions import scatter_combiner
 from lowering.vocabulary import ELEMENTWISE
 
 Dims = tuple[int | None, ...]
@@ -302,8 +303,9 @@ def lookup_dim(op: Op) -> int | None:
 
 def _scatter_factor_rule(op: Op) -> Factors:
     """The operand's dims taken whole by every update window, and batching dims (the transpose
-    of a batched gather), correspond across operand, updates and result; indexed dims and the
-    other scatter dims of the updates stay whole."""
+    of a batched gather), correspond across operand, updates and result; indexed dims stay
+    whole. The other scatter dims of the updates stay whole too, except in a scatter-add, where
+    they are reduction factors."""
     a = op.attrs
     operand, indices, updates = op.operands
     rank = len(operand.shape)
@@ -330,7 +332,23 @@ def _scatter_factor_rule(op: Op) -> Factors:
         # for its rows (the others fall out of bounds, which scatter drops).
         opnd[looked_up] = looked_up
     dims = tuple(opnd)
-    return Factors((dims, tuple(idx), tuple(upd)), (dims,), operand.shape, rule="scatter")
+    sizes = list(operand.shape)
+    reduction = set()
+    if scatter_combiner(op.regions[0]) == "add":
+        # A scatter-add sums its updates: each IPU can scatter its share of them, leaving the
+        # result a partial sum (the partitioner keeps the operand on one IPU of the group).
+        for u, i in zip(scatter_upd, scatter_idx, strict=True):
+            if upd[u] is None and idx[i] is None:
+                idx[i] = upd[u] = len(sizes)
+                reduction.add(len(sizes))
+                sizes.append(updates.shape[u])
+    return Factors(
+        (dims, tuple(idx), tuple(upd)),
+        (dims,),
+        tuple(sizes),
+        frozenset(reduction),
+        rule="scatter",
+    )
 
 
 def _reduce_window_factor_rule(op: Op) -> Factors:

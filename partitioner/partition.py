@@ -6,6 +6,8 @@ operands are first resharded to what its factors need, which is where communicat
   that dimension split over the same axes;
 - a dimension split over more axes than needed: AllGather over the extra (minor) axes;
 - a dimension split over fewer axes than wanted: each IPU takes its own slice (no traffic).
+Sums are left pending as long as they can be: an add, subtract or negate of partial sums over the
+same axes is a partial sum, and a scatter-add of updates split over IPUs makes one.
 A reduction over a dimension padded to divide by its axes first masks the padding to zero. An op
 whose per-IPU form would be wrong (an uneven reshape, say) runs whole, on gathered operands.
 Every collective records the op that needed it and why.
@@ -39,6 +41,10 @@ class Partitioned:
     propagated: Propagated
     # The sharding of each per-IPU value the partitioner made for a global one.
     local_shardings: dict[Value, Sharding] = dataclasses.field(default_factory=dict)
+
+
+# Ops that are sums of their operands' terms: applied to partial sums, a partial sum.
+_LINEAR = frozenset({"add", "subtract", "negate"})
 
 
 def _max_id(graph: Graph) -> int:
@@ -121,7 +127,7 @@ class _Builder:
         why: str,
     ) -> Value:
         """`x` (this IPU's block of a tensor of global `shape` sharded as `cur`) as `req`."""
-        if cur.partial:
+        if cur.partial and cur.partial != req.partial:
             x, cur = self.finish_partial(x, cur, req, shape, loc, why)
         # Gather first, then slice: while an axis leaves one dim for another, the tensor must
         # never be split over it twice.
@@ -246,8 +252,8 @@ def _identity(kind: str | None, dtype: np.dtype) -> np.ndarray:
 # ---- per-op rewriting --------------------------------------------------------------------
 
 
-def _project(dims: tuple[int | None, ...], axes: tuple[Axes, ...]) -> Sharding:
-    return Sharding(tuple(() if f is None else axes[f] for f in dims))
+def _project(dims: tuple[int | None, ...], axes: tuple[Axes, ...], partial: Axes = ()) -> Sharding:
+    return Sharding(tuple(() if f is None else axes[f] for f in dims), partial)
 
 
 def _localized_attrs(op: Op, local_results: Sequence[tuple[int, ...]], operands: Sequence[Value]):
@@ -286,6 +292,7 @@ class _Partitioner:
         self.mesh = mesh
         self.b = _Builder(mesh, _max_id(graph) + 1)
         self.local: dict[Value, tuple[Value, Sharding]] = {}
+        self.producers = {r: op for op in graph.ops for r in op.results}
         self.resharded: dict[tuple[Value, Sharding], Value] = {}
 
     def operand(self, value: Value, want: Sharding, op: Op, why: str) -> Value:
@@ -296,7 +303,7 @@ class _Partitioner:
             return x
         if (value, want) in self.resharded:
             return self.resharded[(value, want)]
-        if have.partial:
+        if have.partial and have.partial != want.partial:
             x, have = self.b.finish_partial(x, have, want, value.shape, op.loc, why)
             if have == want:
                 self.resharded[(value, want)] = x
@@ -354,8 +361,11 @@ class _Partitioner:
         ):
             return False
         mark = len(self.b.ops)
+        pending = self.pending_through(op)
+        if set(pending) & {a for f in axes for a in f}:
+            pending = ()  # an axis cannot both split a dimension and sum over IPUs
         operands = [
-            self.operand(v, _project(d, axes), op, _why(op, factors, i))
+            self.operand(v, _project(d, axes, pending), op, _why(op, factors, i))
             for i, (v, d) in enumerate(zip(op.operands, factors.operands, strict=True))
         ]
         operands = self.mask_reductions(op, factors, axes, operands)
@@ -365,7 +375,14 @@ class _Partitioner:
         if got != [tuple(s) for s in local_shapes]:
             del self.b.ops[mark:]
             return False
-        partial = tuple(a for f in sorted(factors.reduction) for a in axes[f])
+        summed = tuple(a for f in sorted(factors.reduction) for a in axes[f])
+        if op.name == "scatter" and summed and not self.zeros(op.operands[0]):
+            if not op.operands[0].shape:
+                del self.b.ops[mark:]
+                return False
+            # Every IPU adds its updates into the operand: only the first of the group keeps it.
+            operands[0] = self.b.mask(operands[0], 0, summed, operands[0].shape[0], op.loc, "sum")
+        partial = pending + summed
         made = self.emit_local(op, factors, axes, operands, attrs, results)
         kind = reduction_kind(op) if op.name == "reduce" else None
         if partial and kind in ("max", "min"):  # no pending max: finish it now
@@ -375,6 +392,23 @@ class _Partitioner:
         for value, local, sharding in zip(op.results, made, results, strict=True):
             self.local[value] = (local, Sharding(sharding.dims, partial))
         return True
+
+    def zeros(self, value: Value) -> bool:
+        """Whether `value` is all zeros by construction (a zero constant, or its broadcast)."""
+        op = self.producers.get(value)
+        if op is not None and op.name == "broadcast_in_dim":
+            op = self.producers.get(op.operands[0])
+        return op is not None and op.name == "constant" and not np.any(op.attrs["value"])
+
+    def pending_through(self, op: Op) -> Axes:
+        """The axes of a sum still pending on every operand of a linear op (add, subtract,
+        negate), which the op keeps pending: the sum of partial sums is the partial sum of
+        the sums, so one collective finishes it later instead of one per operand."""
+        if op.name not in _LINEAR:
+            return ()
+        pending = {self.local[v][1].partial for v in op.operands}
+        (common,) = pending if len(pending) == 1 else ((),)
+        return common
 
     def emit_local(
         self,

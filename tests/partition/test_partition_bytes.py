@@ -9,12 +9,14 @@ from collections import Counter
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 from partition_helpers import (
     F32,
     all_reduce_bytes,
     buffer_bytes,
+    collective_ops,
     collectives,
     compile_sharded,
     ffn,
@@ -192,3 +194,50 @@ def test_row_parallel_output_split_by_rows_is_reduce_scattered() -> None:
     compiled = compile_sharded(_row_parallel, mesh((2,), ("dp",)), (x, w), specs, P("dp"))
     assert summary(compiled) == [("reduce_scatter", ("dp",), (8, 8))]
     assert compiled.cost_report().ipu_link_bytes == 2 * gather_bytes(2, 8 * 8 * F32)
+
+
+# ---- sums kept pending: linear ops of partial sums, scatter-adds of split updates ---------------
+
+
+def test_a_sum_of_row_parallel_matmuls_is_one_all_reduce() -> None:
+    """x1 @ w1 + x2 @ w2 with both contractions split over tp: each product is a partial sum
+    over tp, so is their sum, and one AllReduce of [T, H] finishes it (two before)."""
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in [(T, 4 * H), (4 * H, H)] * 2]
+    specs = (P(None, "tp"), P("tp", None)) * 2
+    fun = lambda x1, w1, x2, w2: x1 @ w1 - (-(x2 @ w2))  # noqa: E731
+    compiled = compile_sharded(fun, mesh((4,), ("tp",)), args, specs, P())
+    assert _all_reduces(compiled) == [(("tp",), (T, H), all_reduce_bytes(4, T * H * F32))]
+    np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-5, atol=1e-5)
+
+
+def _embedding_loss(table: jax.Array, tokens: jax.Array) -> jax.Array:
+    return jnp.sum(jnp.tanh(table[tokens]))
+
+
+@pytest.mark.parametrize("dp", [2, 4])
+def test_an_embedding_gradient_scatters_each_replicas_tokens(dp: int) -> None:
+    """The gradient of table[tokens] is a scatter-add of one row per token into zeros. With the
+    tokens split over dp, each IPU scatters its own and the table's gradient is all-reduced, as
+    every dp gradient is: no AllGather of the tokens or their updates."""
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((32, H)).astype(np.float32)
+    tokens = rng.integers(0, 32, (8, 6)).astype(np.int32)
+    grad = jax.grad(_embedding_loss)
+    compiled = compile_sharded(grad, mesh((dp,), ("dp",)), (table, tokens), (P(), P("dp")), P())
+    assert _all_reduces(compiled) == [(("dp",), (32, H), all_reduce_bytes(dp, 32 * H * F32))]
+    np.testing.assert_allclose(compiled(table, tokens), jax.jit(grad)(table, tokens), rtol=1e-5)
+
+
+def test_a_scatter_add_into_a_nonzero_operand_counts_it_once() -> None:
+    """Only the first IPU of the group adds its updates into the operand; the others into
+    zeros, so the AllReduce adds the operand once."""
+    rng = np.random.default_rng(2)
+    base = rng.standard_normal((16, H)).astype(np.float32)
+    rows = rng.integers(0, 16, (12,)).astype(np.int32)
+    updates = rng.standard_normal((12, H)).astype(np.float32)
+    fun = lambda base, rows, updates: base.at[rows].add(updates)  # noqa: E731
+    args = (base, rows, updates)
+    compiled = compile_sharded(fun, mesh((4,), ("dp",)), args, (P(), P("dp"), P("dp")), P())
+    assert [op.name for op in collective_ops(compiled)] == ["all_reduce"]
+    np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-5, atol=1e-6)
