@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding
 
 from ipujax.devices import DevicePlan
 from lowering import Value
-from lowering.eval_rules import local_mesh_axes
+from lowering.mesh_rules import local_mesh_axes
 from partitioner.partition import Partitioned
 from partitioner.program import Program, Task
 from partitioner.sharding import Sharding

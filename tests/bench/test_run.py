@@ -1,4 +1,4 @@
-"""The benchmark runner (benchmarks/run.py) on tiny inputs, so that it cannot silently rot.
+"""The benchmark runner (benchmarks/run.py and its modules) on tiny inputs, so that it cannot rot.
 
 Every section runs once (module fixture) in `--quick` form: the tiny GPT on 16-tile Bow IPUs,
 the child processes included (XLA's SPMD partitioner over forced host devices, a cost-only
@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import results
 import run as bench
+from results import Section
+from setups import QUICK
 
 
 def _rows(table: str) -> list[dict[str, str]]:
@@ -25,51 +28,51 @@ def _rows(table: str) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def sections() -> dict[str, bench.Section]:
+def sections() -> dict[str, Section]:
     timings: dict[str, float] = {}
-    measured = bench.measure(bench.QUICK, bench.SECTIONS, repeats=1, timings=timings)
+    measured = bench.measure(QUICK, bench.SECTIONS, repeats=1, timings=timings)
     assert "run + compile" in timings
     return {s.name: s for s in measured}
 
 
-def test_every_section_has_a_table(sections: dict[str, bench.Section]) -> None:
+def test_every_section_has_a_table(sections: dict[str, Section]) -> None:
     assert list(sections) == list(bench.SECTIONS)
     for section in sections.values():
         assert _rows(section.table), section.name
         assert section.meaning
 
 
-def test_ipujax_agrees_with_jax(sections: dict[str, bench.Section]) -> None:
+def test_ipujax_agrees_with_jax(sections: dict[str, Section]) -> None:
     (row,) = _rows(sections["run"].table)
     assert row["mesh"] == "2 IPUs (tp=2)"
     assert float(row["max abs diff"]) < 1e-4
     assert float(row["ipujax s"]) > 0 and float(row["jax.jit s"]) > 0
 
 
-def test_spmd_counts_collectives_on_both_sides(sections: dict[str, bench.Section]) -> None:
+def test_spmd_counts_collectives_on_both_sides(sections: dict[str, Section]) -> None:
     (row,) = _rows(sections["spmd"].table)
     assert "all_reduce" in row["XLA collectives"] and "all_reduce" in row["ipujax collectives"]
     assert int(row["XLA B/device"].replace(",", "")) > 0
     assert float(row["loss diff"]) < 1e-4
 
 
-def test_goals_are_judged(sections: dict[str, bench.Section]) -> None:
+def test_goals_are_judged(sections: dict[str, Section]) -> None:
     goals = [g for s in sections.values() for g in s.goals]
     # run and compile one per mesh, the outputs' agreement, two for the cost-only compile, one
     # per memory program
-    meshes = len(bench.QUICK.meshes)
-    assert len(goals) == 2 * meshes + 1 + 2 + len(bench.QUICK.memory_programs)
+    meshes = len(QUICK.meshes)
+    assert len(goals) == 2 * meshes + 1 + 2 + len(QUICK.memory_programs)
     assert all(isinstance(met, bool) for _, met in goals)
     assert any(what.startswith("outputs agree") and met for what, met in goals)
 
 
-def test_results_render_and_write(sections: dict[str, bench.Section], tmp_path: Path) -> None:
-    text = bench.render(list(sections.values()), bench.machine(), "python x", {"total": 1.0})
+def test_results_render_and_write(sections: dict[str, Section], tmp_path: Path) -> None:
+    text = results.render(list(sections.values()), results.machine(), "python x", {"total": 1.0})
     for section in sections.values():
         assert f"## {section.title}" in text
     assert "## Machine" in text and "jax / jaxlib" in text and "What each number means" in text
     path = tmp_path / "RESULTS.md"
-    bench.write_atomically(path, text)
+    results.write_atomically(path, text)
     assert path.read_text() == text
     assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]  # no temporary left
 

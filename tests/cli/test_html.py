@@ -99,6 +99,10 @@ def test_a_report_that_does_not_fit_is_marked(gpt_files) -> None:
     assert "does NOT fit" in page
     assert "over the budget" in page
     assert 'fill="#d62728"><title>IPU 0 tile 7:' in page  # the tile over budget is red
+    # Rows over budget are marked, and only rows: a table keeps its own class.
+    assert '<tr class="over">' in page
+    assert '<table class="over">' not in page
+    assert page.count('<table class="kv">') == 1  # the summary's key-value table
 
 
 def _chromium_or_skip() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import ipujax
 from lowering import EVAL_RULES
-from lowering.eval_rules import local_mesh_axes
+from lowering.mesh_rules import local_mesh_axes
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((3, 10_007)).astype(np.float32)  # a prime depth: the last run is short

@@ -1,0 +1,78 @@
+"""What the benchmark runner measures: the meshes, the GPT step's shape, the cost-only workload
+and the memory programs, as one `Setup`, either the full benchmark (`FULL`) or the smoke run of
+`--quick` (`QUICK`), and the part of it a child process is sent (`setup_payload`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    shape: tuple[int, ...]
+    names: tuple[str, ...]
+
+    @property
+    def ipus(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def label(self) -> str:
+        axes = " x ".join(f"{n}={s}" for n, s in zip(self.names, self.shape, strict=True))
+        return f"{self.ipus} IPU" if self.ipus == 1 else f"{self.ipus} IPUs ({axes})"
+
+
+ONE_IPU = MeshSpec((1,), ("ipu",))  # ipujax's default mesh
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything the sections measure: the full benchmark (`FULL`) or a smoke run (`QUICK`)."""
+
+    config: dict[str, int]  # model.Config fields of the GPT step
+    batch: int  # global batch
+    tiles: int | None  # tiles per IPU; None is the full Bow (1,472)
+    meshes: tuple[MeshSpec, ...]  # run and compile; those of many IPUs also spmd
+    cost_workload: str  # for gpt3: a factory of examples/gpt/workloads.py, or "step"
+    cost_mesh: MeshSpec
+    compiles: int  # compiles per side and mesh; compile times are their medians
+    memory_tiles: tuple[int, ...]
+    memory_programs: tuple[str, ...]  # "gpt" (the step above), "matmul" (a chain)
+    matmul: tuple[int, int]  # the matmul chain: size, depth
+
+    @property
+    def many(self) -> tuple[MeshSpec, ...]:
+        return tuple(m for m in self.meshes if m.ipus > 1)
+
+
+FULL = Setup(
+    config={"vocab": 512, "seq": 128, "layers": 4, "d_model": 256, "heads": 8},
+    batch=8,
+    tiles=None,
+    meshes=(ONE_IPU, MeshSpec((2, 2), ("dp", "tp")), MeshSpec((8, 8), ("dp", "tp"))),
+    cost_workload="gpt3_175b",
+    compiles=3,
+    cost_mesh=MeshSpec((4, 8, 8), ("dp", "tp1", "tp2")),
+    memory_tiles=(16, 1472),
+    memory_programs=("gpt", "matmul"),
+    matmul=(2048, 4),
+)
+QUICK = Setup(
+    config={"vocab": 256, "seq": 16, "layers": 2, "d_model": 32, "heads": 4},
+    batch=4,
+    tiles=16,
+    meshes=(MeshSpec((2,), ("tp",)),),
+    cost_workload="step",  # the GPT step above, shapes only
+    compiles=1,
+    cost_mesh=MeshSpec((2, 2), ("dp", "tp")),
+    memory_tiles=(16, 32),
+    memory_programs=("matmul",),
+    matmul=(128, 2),
+)
+
+
+def setup_payload(setup: Setup) -> dict[str, Any]:
+    """The fields of `setup` the children need (meshes are passed on their own)."""
+    return {"config": setup.config, "batch": setup.batch, "matmul": list(setup.matmul)}

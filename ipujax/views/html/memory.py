@@ -1,0 +1,275 @@
+"""The memory section: per IPU, a heatmap of the tiles and their bytes against the budget; the
+peak, histogram, fullest-tile and liveness tables."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ipujax.report import CostReport
+from ipujax.views import metrics as m
+from ipujax.views.html.widgets import WIDTH, Raw, e, legend, panel, table
+
+MAX_HEATMAPS = 16
+OVER = "#d62728"
+# A perceptually even sequential palette (viridis stops), low bytes dark, high bytes bright.
+_PALETTE = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+
+
+def _colour(fraction: float) -> str:
+    """The palette at `fraction` in [0, 1], as #rrggbb."""
+    f = min(max(fraction, 0.0), 1.0) * (len(_PALETTE) - 1)
+    i = min(int(f), len(_PALETTE) - 2)
+    t = f - i
+    a, b = _PALETTE[i], _PALETTE[i + 1]
+    return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b, strict=True))
+
+
+def _heatmap(report: CostReport, ipu: int) -> str:
+    """Tiles of one IPU in a grid, coloured by their peak bytes; a legend with the budget."""
+    values = report.tile_memory[ipu]
+    n = values.size
+    cols = max(1, math.ceil(math.sqrt(n * 2.5)))
+    rows = math.ceil(n / cols)
+    cell = max(4, min(28, (WIDTH - 20) // cols))
+    budget = report.bytes_per_tile
+    high = min(int(values.max()) if n else 0, budget)  # tiles over the budget are drawn red
+    low = min(int(values.min()) if n else 0, high)
+    span = max(high - low, 1)
+    parts = []
+    for t in range(n):
+        x, y = (t % cols) * cell, (t // cols) * cell
+        b = int(values[t])
+        fill = OVER if b > budget else _colour((b - low) / span if high > low else 0.5)
+        parts.append(
+            f'<rect x="{x}" y="{y}" width="{cell - 1}" height="{cell - 1}" fill="{fill}">'
+            f"<title>IPU {ipu} tile {t}: {b:,} B ({100 * b / budget:.1f}% of budget)</title></rect>"
+        )
+    grid_h = rows * cell
+    legend_y = grid_h + 14
+    key = _heatmap_legend(report, (low, high), legend_y, cols * cell)
+    height = legend_y + 46
+    return (
+        f'<svg width="{cols * cell}" height="{height}" '
+        f'viewBox="0 0 {cols * cell} {height}" role="img" '
+        f'aria-label="memory per tile, IPU {ipu}">{"".join(parts)}{key}</svg>'
+    )
+
+
+def _heatmap_legend(report: CostReport, scale: tuple[int, int], y: int, width: int) -> str:
+    bar_w = min(420, width - 10)
+    steps = 40
+    seg = bar_w / steps
+    rects = "".join(
+        f'<rect x="{i * seg:.1f}" y="{y}" width="{seg + 0.5:.1f}" height="12" '
+        f'fill="{_colour(i / (steps - 1))}"/>'
+        for i in range(steps)
+    )
+    budget = report.bytes_per_tile
+    if int(report.tile_memory.min(initial=budget + 1)) > budget:
+        rects, bar_w = "", -16  # no tile within the budget: only the red key
+    labels = (
+        ""
+        if not rects
+        else (
+            f'<text x="0" y="{y + 28}" font-size="12">{e(m.fmt_bytes_short(scale[0]))}</text>'
+            f'<text x="{bar_w}" y="{y + 28}" font-size="12" text-anchor="end">'
+            f"{e(m.fmt_bytes_short(scale[1]))}</text>"
+        )
+    )
+    if report.peak_tile_bytes > budget:
+        marker = (
+            f'<rect x="{bar_w + 16}" y="{y}" width="12" height="12" fill="{OVER}"/>'
+            f'<text x="{bar_w + 34}" y="{y + 11}" font-size="12">over the budget of '
+            f"{e(m.fmt_bytes_short(budget))} per tile</text>"
+        )
+    else:
+        marker = (
+            f'<text x="{bar_w + 16}" y="{y + 11}" font-size="12">'
+            "colour: bytes per tile, least to most; "
+            f"budget {e(m.fmt_bytes_short(budget))} per tile (peak is "
+            f"{e(m.fmt_pct(m.memory_fraction(report), 1))} of it)</text>"
+        )
+    return rects + labels + marker
+
+
+def _profile(report: CostReport, ipu: int) -> str:
+    """Bytes per tile in tile order (always-live under the rest), with the budget line."""
+    total = report.tile_memory[ipu].astype(float)
+    live = report.always_live[ipu].astype(float)
+    n = total.size
+    budget = float(report.bytes_per_tile)
+    peak = float(total.max()) if n else 0.0
+    on_scale = peak >= 0.2 * budget
+    top = max(peak, budget) * 1.05 if on_scale else max(peak, 1.0) * 1.1
+    tick_values, top = m.byte_ticks(top)
+    left, plot_w, plot_h, pad_top = 70, WIDTH - 90, 200, 22
+    xs = np.arange(n + 1) * plot_w / max(n, 1) + left
+
+    def area(values: np.ndarray, colour: str) -> str:
+        ys = pad_top + plot_h - np.minimum(values, top) / top * plot_h
+        points = [f"{left},{pad_top + plot_h}"]
+        for i in range(n):
+            points.append(f"{xs[i]:.1f},{ys[i]:.1f} {xs[i + 1]:.1f},{ys[i]:.1f}")
+        points.append(f"{xs[n]:.1f},{pad_top + plot_h}")
+        return f'<polygon points="{" ".join(points)}" fill="{colour}"/>'
+
+    ticks = []
+    for v in tick_values:
+        y = pad_top + plot_h - plot_h * v / top
+        ticks.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e3e6eb"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">'
+            f"{e(m.fmt_bytes_short(v))}</text>"
+        )
+    for k in range(6):
+        t = round((n - 1) * k / 5) if n > 1 else 0
+        x = left + (t + 0.5) * plot_w / max(n, 1)
+        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
+        ticks.append(
+            f'<text x="{x:.1f}" y="{pad_top + plot_h + 16}" font-size="11" '
+            f'text-anchor="{anchor}">tile {t}</text>'
+        )
+    if on_scale:
+        y = pad_top + plot_h - budget / top * plot_h
+        budget_mark = (
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="{OVER}" '
+            f'stroke-width="2" stroke-dasharray="6 4"/>'
+            f'<text x="{left + plot_w - 4}" y="{y - 6:.1f}" font-size="12" text-anchor="end" '
+            f'stroke="#fff" stroke-width="4" paint-order="stroke" style="fill:{OVER}">'
+            f"budget {e(m.fmt_bytes_short(budget))} per tile</text>"
+        )
+    else:
+        budget_mark = (
+            f'<text x="{left + plot_w}" y="{pad_top - 8}" font-size="12" text-anchor="end" '
+            f'style="fill:{OVER}">budget {e(m.fmt_bytes_short(budget))} per tile is above this '
+            f"scale: the peak is {e(m.fmt_pct(m.memory_fraction(report), 1))} of it</text>"
+        )
+    height = pad_top + plot_h + 26
+    return (
+        f'<svg width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="bytes per tile">'
+        f"{''.join(ticks)}{area(total, '#9cc3e6')}{area(live, '#2f5f8f')}{budget_mark}</svg>"
+    )
+
+
+def _memory_tables(report: CostReport) -> str:
+    groups = m.ipu_groups(report)
+    budget = report.bytes_per_tile
+    peak_rows = [
+        (
+            label,
+            i.peak_tile,
+            m.fmt_bytes(i.peak),
+            m.fmt_pct(i.peak / budget if budget else 0, 1),
+            m.fmt_bytes_short(i.mean),
+            m.fmt_bytes_short(i.total),
+            f"{i.over_budget_tiles:,}",
+        )
+        for label, i in groups
+    ]
+    peak = table(
+        ("IPU", "peak tile", "peak bytes", "of budget", "mean per tile", "all tiles", "over"),
+        peak_rows,
+        numeric=range(7),
+        row_classes=["over" if i.peak > budget else "" for _, i in groups],
+    )
+    bins = m.histogram(report.tile_memory)
+    most = max((b.count for b in bins), default=1) or 1
+    hist_rows = []
+    for b, label in zip(bins, m.bin_labels(bins), strict=True):
+        over = " over" if b.high > budget else ""
+        bar = Raw(f'<span class="bar{over}" style="width:{360 * b.count / most:.0f}px"></span>')
+        hist_rows.append((label, f"{b.count:,}", bar))
+    hist = table(("bytes per tile", "tiles", ""), hist_rows, numeric=(1,))
+    live_rows = []
+    for label, i in groups:
+        live_rows.append(
+            (
+                label,
+                "always-live (inputs, constants)",
+                m.fmt_bytes(i.always_live),
+                m.fmt_bytes(i.always_live_max),
+                m.fmt_bytes(i.peak_tile_always_live),
+            )
+        )
+        live_rows.append(
+            (
+                label,
+                "not-always-live + code (the rest)",
+                m.fmt_bytes(i.not_always_live),
+                m.fmt_bytes(i.not_always_live_max),
+                m.fmt_bytes(i.peak - i.peak_tile_always_live),
+            )
+        )
+    live = table(
+        ("IPU", "kind", "all tiles", "fullest tile of this kind", "on the peak tile"),
+        live_rows,
+        numeric=(0, 2, 3, 4),
+    )
+    return (
+        panel("Peak per IPU", peak)
+        + panel("Tiles by bytes (histogram)", hist)
+        + panel("Fullest tiles and their largest tensors", _top_tiles(report))
+        + panel("Always-live against not-always-live", live)
+    )
+
+
+def _top_tiles(report: CostReport) -> str:
+    if not report.top_tiles:
+        return '<p class="none">none recorded</p>'
+    rows = []
+    classes = []
+    for usage, same in zip(report.top_tiles, m.repeated_tensors(report), strict=True):
+        over = "over" if usage.bytes > report.bytes_per_tile else ""
+        tensors: tuple[tuple[int | str, str], ...] = usage.tensors or ((0, "(none listed)"),)
+        if same is not None:
+            tensors = (("", f"(the same largest tensors as tile {same})"),)
+        for k, (size, what) in enumerate(tensors):
+            first = k == 0
+            rows.append(
+                (
+                    usage.ipu if first else "",
+                    usage.tile if first else "",
+                    f"{usage.bytes:,}" if first else "",
+                    f"{size:,}" if isinstance(size, int) else size,
+                    m.shorten_paths(what),
+                )
+            )
+            classes.append(over if first else "")
+    return table(
+        ("IPU", "tile", "bytes", "tensor bytes", "tensor (source line)"),
+        rows,
+        numeric=(0, 1, 2, 3),
+        source=(4,),
+        row_classes=classes,
+    )
+
+
+def memory_section(report: CostReport) -> str:
+    """Heatmaps and profiles of the first groups of alike IPUs, then the tables."""
+    maps = []
+    groups = m.ipu_groups(report)
+    for label, memory in groups[:MAX_HEATMAPS]:
+        ipu = memory.ipu
+        which = f"IPU {label}" if label == str(ipu) else f"IPUs {label} (alike)"
+        maps.append(
+            panel(
+                f"Memory per tile, {which} (heatmap: one square per tile, in tile order)",
+                _heatmap(report, ipu),
+            )
+        )
+        maps.append(
+            panel(
+                f"Bytes per tile, {which}, against the budget",
+                _profile(report, ipu)
+                + legend((("always-live", "#2f5f8f"), ("not-always-live + code", "#9cc3e6"))),
+            )
+        )
+    more = (
+        f'<p class="note">{len(groups) - MAX_HEATMAPS} more groups of IPUs not drawn.</p>'
+        if len(groups) > MAX_HEATMAPS
+        else ""
+    )
+    return "".join(maps) + more + _memory_tables(report)

@@ -1,0 +1,155 @@
+"""The page: the summary, communication and phases sections, the navigation bar, and
+`render_html`, which puts them together with the memory and execution sections."""
+
+from __future__ import annotations
+
+from ipujax.report import CostReport
+from ipujax.views import metrics as m
+from ipujax.views.html.execution import execution_section
+from ipujax.views.html.memory import memory_section
+from ipujax.views.html.style import CSS
+from ipujax.views.html.widgets import card, e, panel, table
+
+
+def _summary(report: CostReport) -> str:
+    balance = m.tile_balance(report)
+    fits = report.fits
+    cards = [
+        card("time per step", m.fmt_seconds(report.seconds), f"{report.total_cycles:,} cycles"),
+        card(
+            "FLOP utilisation",
+            m.fmt_pct(report.flop_utilisation),
+            f"{report.flops:,} FLOPs of {m.peak_flops_per_second(report) / 1e12:,.1f} TFLOP/s",
+        ),
+        card(
+            "peak tile memory",
+            m.fmt_bytes_short(report.peak_tile_bytes),
+            f"{m.fmt_pct(m.memory_fraction(report), 1)} of "
+            f"{m.fmt_bytes_short(report.bytes_per_tile)}",
+            "" if fits else "bad",
+        ),
+        card(
+            "fits",
+            "yes" if fits else "NO",
+            "every tile within budget" if fits else "some tile is over budget",
+            "good" if fits else "bad",
+        ),
+        card("tile balance", m.fmt_pct(balance, 1), "compute-weighted tiles in use"),
+        card("supersteps", f"{len(report.supersteps):,}", f"{report.ipus} IPU(s)"),
+    ]
+    rows = [
+        ("target", f"{report.target} ({report.system})"),
+        ("IPUs", f"{report.ipus:,}"),
+        ("tiles", f"{report.tiles_per_ipu:,} per IPU, {m.fmt_bytes(report.bytes_per_tile)} each"),
+        ("clock", f"{report.clock_hz / 1e9:.3f} GHz"),
+        ("total cycles", f"{report.total_cycles:,}"),
+        ("time per step", m.fmt_seconds(report.seconds)),
+        ("FLOPs", f"{report.flops:,}"),
+        (
+            "FLOP utilisation",
+            f"{m.fmt_pct(report.flop_utilisation)} of peak "
+            f"({report.peak_flops_per_cycle} FLOP/cycle/tile)",
+        ),
+        (
+            "peak tile memory",
+            f"{m.fmt_bytes(report.peak_tile_bytes)} of {m.fmt_bytes(report.bytes_per_tile)}",
+        ),
+        ("fits", "yes" if fits else "NO"),
+    ]
+    facts = table(
+        ("", ""),
+        rows,
+        row_classes=["over" if k == "fits" and not fits else "" for k, _ in rows],
+        cls="kv",
+    )
+    return f'<div class="cards">{"".join(cards)}</div><div class="panel">{facts}</div>'
+
+
+def _communication(report: CostReport) -> str:
+    kinds = m.kind_totals(report)
+    rows = [
+        ("on-chip exchange", f"{m.fmt_bytes(report.exchange_bytes)} in {kinds.exchange:,} cycles"),
+        ("IPU-Links", m.fmt_bytes(report.ipu_link_bytes)),
+        ("streaming memory", m.fmt_bytes(report.streaming_bytes)),
+        ("host", "not modelled yet"),
+    ]
+    overview = table(("traffic", "bytes"), rows)
+    if report.collectives:
+        coll = table(
+            ("kind", "axes", "group", "bytes per IPU", "cycles", "op", "source", "why"),
+            [
+                (
+                    c.kind,
+                    ",".join(c.axes),
+                    c.group_size,
+                    f"{c.bytes_per_ipu:,}",
+                    f"{c.cycles:,}",
+                    c.op,
+                    m.short_source(c.source) if c.source else "",
+                    c.why,
+                )
+                for c in report.collectives
+            ],
+            numeric=(2, 3, 4),
+            source=(6,),
+        )
+    else:
+        coll = '<p class="none">none</p>'
+    return panel("Traffic", overview) + panel("Collectives (IPU-Link bytes)", coll)
+
+
+def _phases(report: CostReport) -> str:
+    if not report.phases:
+        return panel("Phases", '<p class="none">none (phases=None)</p>')
+    listing = table(
+        ("phase", "cycles", "streaming bytes", "peak tile bytes"),
+        [
+            (p.name, f"{p.cycles:,}", f"{p.streaming_bytes:,}", f"{p.peak_tile_bytes:,}")
+            for p in report.phases
+        ],
+        numeric=(1, 2, 3),
+        row_classes=[
+            "over" if p.peak_tile_bytes > report.bytes_per_tile else "" for p in report.phases
+        ],
+    )
+    return panel("Phases", listing)
+
+
+def _nav() -> str:
+    links = "".join(
+        f'<a href="#{anchor}">{name}</a>'
+        for anchor, name in (
+            ("summary", "Summary"),
+            ("memory", "Memory"),
+            ("execution", "Execution"),
+            ("communication", "Communication"),
+            ("phases", "Phases"),
+        )
+    )
+    return f"<nav>{links}</nav>"
+
+
+def render_html(report: CostReport, title: str = "ipujax cost report") -> str:
+    heading = f"{title}: {report.target}, {report.ipus} IPU(s), {report.tiles_per_ipu:,} tiles"
+    subtitle = (
+        f"{report.system}; {report.total_cycles:,} cycles per step at "
+        f"{report.clock_hz / 1e9:.3f} GHz = {m.fmt_seconds(report.seconds)}; "
+        f"{'fits' if report.fits else 'does NOT fit'} in tile memory"
+    )
+    body = (
+        f'<h1>{e(heading)}</h1><p class="sub">{e(subtitle)}</p>'
+        f"{_nav()}"
+        f'<h2 id="summary">Summary</h2>{_summary(report)}'
+        f'<h2 id="memory">Memory</h2>{memory_section(report)}'
+        f'<h2 id="execution">Execution</h2>{execution_section(report)}'
+        f'<h2 id="communication">Communication</h2>{_communication(report)}'
+        f'<h2 id="phases">Phases</h2>{_phases(report)}'
+        "<footer>Generated by ipujax from the cost model (no measurement). Definitions: "
+        "docs/cli.md.</footer>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{e(heading)}</title><style>{CSS}</style></head>"
+        f"<body><main>{body}</main></body></html>\n"
+    )

@@ -1,0 +1,61 @@
+"""The small HTML pieces every section uses: escaping, tables, panels, cards and colour legends,
+and the plot width they share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from html import escape
+
+WIDTH = 1100  # plot width in px; the page is 1180 px wide at most
+
+
+def e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    numeric: Sequence[int] = (),
+    source: Sequence[int] = (),
+    row_classes: Sequence[str] | None = None,
+    cls: str = "",
+) -> str:
+    head = "".join(
+        f'<th class="num">{e(h)}</th>' if i in numeric else f"<th>{e(h)}</th>"
+        for i, h in enumerate(headers)
+    )
+    body = []
+    for r, row in enumerate(rows):
+        cells = []
+        for i, cell in enumerate(row):
+            kind = "num" if i in numeric else "src" if i in source else ""
+            raw = cell if isinstance(cell, Raw) else e(cell)
+            cells.append(f'<td class="{kind}">{raw}</td>' if kind else f"<td>{raw}</td>")
+        marked = row_classes[r] if row_classes and row_classes[r] else ""
+        body.append(f'<tr class="{marked}">' if marked else "<tr>")
+        body.append("".join(cells) + "</tr>")
+    thead = f"<thead><tr>{head}</tr></thead>" if any(headers) else ""
+    opening = f'<table class="{cls}">' if cls else "<table>"
+    return f"{opening}{thead}<tbody>{''.join(body)}</tbody></table>"
+
+
+class Raw(str):
+    """Markup this package built itself (already escaped)."""
+
+
+def panel(title: str, content: str, note: str = "") -> str:
+    note_html = f'<p class="note">{e(note)}</p>' if note else ""
+    return f'<div class="panel"><h3>{e(title)}</h3>{content}{note_html}</div>'
+
+
+def card(key: str, value: str, note: str = "", cls: str = "") -> str:
+    return (
+        f'<div class="card {cls}"><div class="k">{e(key)}</div><div class="v">{e(value)}</div>'
+        f'<div class="n">{e(note)}</div></div>'
+    )
+
+
+def legend(items: Sequence[tuple[str, str]]) -> str:
+    spans = "".join(f'<span><i style="background:{c}"></i>{e(n)}</span>' for n, c in items)
+    return f'<div class="legend">{spans}</div>'

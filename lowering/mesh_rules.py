@@ -1,0 +1,120 @@
+"""Evaluation rules of the ops over the IPUs of mesh axes: collectives and shard ops, as
+`jax.lax` collectives over named axes (the runtime vmaps the per-IPU program once per mesh
+axis, with the axis's name). Part of `EVAL_RULES`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import numpy as np
+from jax import lax
+
+Array = Any
+
+
+_ALL_REDUCES = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
+_COMBINE = {"sum": lax.add, "max": lax.max, "min": lax.min}
+
+# The mesh axes whose IPUs the runtime holds on one device, as one axis of a vmap.
+_LOCAL_AXES: ContextVar[frozenset[str]] = ContextVar("local_axes", default=frozenset())
+
+
+@contextlib.contextmanager
+def local_mesh_axes(axes: Iterable[str]) -> Iterator[None]:
+    """While tracing, all-reduces over only these axes gather and combine the IPUs' values.
+
+    Under vmap a `psum` is a reduction over the mesh axis, a major dimension, which XLA:CPU runs
+    about 30 times slower than adding the slices (12 ms against 0.4 ms for 8 x 1024 x 256 f32).
+    Over an axis spread across real devices, `psum` stays: XLA makes it an all-reduce between
+    them, where gathering would copy every IPU's value to every device."""
+    token = _LOCAL_AXES.set(frozenset(axes))
+    try:
+        yield
+    finally:
+        _LOCAL_AXES.reset(token)
+
+
+def _all_reduce_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, reduction: str = "sum", **why: Any
+) -> tuple[Array, ...]:
+    if not set(axes) <= _LOCAL_AXES.get():
+        return (_ALL_REDUCES[reduction](x, axes),)
+    parts = [x]
+    for axis in axes:
+        parts = [g[i] for p in parts for g in [lax.all_gather(p, axis)] for i in range(len(g))]
+    combine = _COMBINE[reduction]
+    while len(parts) > 1:  # pairwise, as a tree
+        pairs = [combine(a, b) for a, b in zip(parts[::2], parts[1::2], strict=False)]
+        parts = pairs + parts[2 * len(pairs) :]
+    return (parts[0],)
+
+
+def _all_gather_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, **why: Any
+) -> tuple[Array, ...]:
+    return (lax.all_gather(x, axes, axis=dimension, tiled=True),)
+
+
+def _reduce_scatter_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, **why: Any
+) -> tuple[Array, ...]:
+    return (lax.psum_scatter(x, axes, scatter_dimension=dimension, tiled=True),)
+
+
+def _all_to_all_eval_rule(
+    x: Array,
+    *,
+    axes: tuple[str, ...],
+    group_size: int,
+    split_dimension: int,
+    concat_dimension: int,
+    **why: Any,
+) -> tuple[Array, ...]:
+    return (lax.all_to_all(x, axes, split_dimension, concat_dimension, tiled=True),)
+
+
+def _shard_slice_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, **why: Any
+) -> tuple[Array, ...]:
+    size = x.shape[dimension] // group_size
+    start = lax.mul(lax.axis_index(axes), np.int32(size))
+    return (lax.dynamic_slice_in_dim(x, start, size, dimension),)
+
+
+def _shard_mask_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, size: int, fill: Any
+) -> tuple[Array, ...]:
+    """Sets the padding of an unevenly sharded dimension (positions at or past the global
+    `size`) to `fill`, the identity of the reduction about to read it."""
+    local = x.shape[dimension]
+    start = lax.mul(lax.axis_index(axes), np.int32(local))
+    position = lax.add(lax.broadcasted_iota(np.int32, x.shape, dimension), start)
+    valid = lax.lt(position, lax.full_like(position, size))
+    return (lax.select(valid, x, lax.full_like(x, fill)),)
+
+
+def _shard_index_eval_rule(
+    indices: Array, *, axes: tuple[str, ...], group_size: int, size: int
+) -> tuple[Array, ...]:
+    """Indices into a dimension split over `axes`, made local to this IPU's `size` rows, and
+    whether each falls in this IPU's rows (a vocabulary-parallel embedding lookup)."""
+    offset = lax.mul(lax.axis_index(axes), np.int32(size)).astype(indices.dtype)
+    local = lax.sub(indices, lax.full_like(indices, offset))
+    inside = lax.bitwise_and(
+        lax.ge(local, lax.full_like(local, 0)), lax.lt(local, lax.full_like(local, size))
+    )
+    return local, inside
+
+
+MESH_EVAL_RULES: dict[str, Callable[..., tuple[Array, ...]]] = {
+    "shard_index": _shard_index_eval_rule,
+    "all_reduce": _all_reduce_eval_rule,
+    "all_gather": _all_gather_eval_rule,
+    "reduce_scatter": _reduce_scatter_eval_rule,
+    "all_to_all": _all_to_all_eval_rule,
+    "shard_slice": _shard_slice_eval_rule,
+    "shard_mask": _shard_mask_eval_rule,
+}

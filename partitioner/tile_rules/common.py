@@ -1,0 +1,52 @@
+"""What every tile rule shares: the rule type, and a superstep from its figures."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lowering import Op, Value
+from partitioner.context import MappingContext
+from partitioner.layout import Layout
+from partitioner.program import Superstep, Task
+from partitioner.target import Target
+
+TileRule = Callable[[Op, tuple[Value, ...], tuple[Layout, ...], MappingContext], Task]
+Array = Any
+
+
+def make_step(
+    op: Op,
+    name: str,
+    target: Target,
+    *,
+    tiles: int,
+    start: int = 0,
+    flops: int = 0,
+    compute_cycles: int = 0,
+    busiest_bytes: int = 0,
+    exchange_bytes: int = 0,
+) -> Superstep:
+    return Superstep(
+        name=f"{op.name}.{name}" if name else op.name,
+        op=op.name,
+        loc=op.loc,
+        tiles=tiles,
+        start=start,
+        flops=flops,
+        exchange_bytes=exchange_bytes,
+        busiest_tile_bytes=busiest_bytes,
+        compute_cycles=compute_cycles,
+        exchange_cycles=target.exchange_cycles(busiest_bytes),
+        sync_cycles=target.sync_cycles,
+    )
+
+
+def tile_share(total: int, elements: int, block_elements: int) -> int:
+    """The busiest tile's share of `total` work when it holds a full block of the elements."""
+    return math.ceil(total * block_elements / max(1, elements))
+
+
+def permuted(value: Value, order: Sequence[int]) -> tuple[int, ...]:
+    return tuple(value.shape[d] for d in order)

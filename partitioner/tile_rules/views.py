@@ -1,0 +1,49 @@
+"""Ops that cost nothing: reshapes of linearly mapped tensors, annotations and barriers; and
+constants, mapped linearly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from lowering import Op, Value
+from partitioner.context import MappingContext
+from partitioner.layout import Layout
+from partitioner.program import Task
+from partitioner.tile_rules.whole import whole_tensor_tile_rule
+
+
+def reshape_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    source = layouts[0]
+    if len(source.view) != 1:
+        return whole_tensor_tile_rule(op, inputs, layouts, ctx)
+    # A reshape keeps the row-major order, so a linearly mapped tensor stays where it is.
+    shape = op.results[0].shape
+    out = dataclasses.replace(source, shape=shape)
+    return Task(op, inputs, layouts, (out,), lambda x: (x.reshape(shape),), aliases=(0,))
+
+
+def identity_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    count = len(op.operands)
+    return Task(
+        op,
+        inputs,
+        layouts,
+        layouts[:count],
+        lambda *tiles: tiles[:count],
+        aliases=tuple(range(count)),
+    )
+
+
+def constant_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    value = op.attrs["value"]
+    out = ctx.linear(op.results[0])
+    ctx.constants[op.results[0]] = value
+    return Task(op, inputs, layouts, (out,), lambda: (jnp.asarray(value),))
