@@ -7,7 +7,8 @@ take the factors' axes. Conflicts are resolved in a fixed order that prefers les
 1. a user-annotated tensor's axes before a propagated one's;
 2. non-reduction factors before reduction factors (sharding a reduction factor costs an
    AllReduce of the result; keeping a batch or row factor sharded costs at most a gather of the
-   other operand);
+   other operand), unless a user-annotated reduction split would move fewer bytes
+   (`_cheaper_with_reductions`);
 3. among equals, the larger tensor's axes (moving the smaller one is cheaper);
 4. an axis already taken by an earlier factor is skipped.
 A propagated (not user-given) sharding stays open: a dimension still whole takes axes that a
@@ -68,14 +69,64 @@ def decide_factors(
         {f for f in dims if f is not None} | set(factors.reduction) for dims in factors.results
     ]
     used: list[set[str]] = [set() for _ in tensors]
-    for _, factor, axes in _candidates(op, factors, known, fixed):
+    skipped = []
+    for rank, factor, axes in _candidates(op, factors, known, fixed):
         holders = [i for i, fs in enumerate(tensors) if factor in fs]
         if chosen[factor] or any(used[i] & set(axes) for i in holders):
+            if rank[0] == 0 and factor in factors.reduction and not chosen[factor]:
+                skipped.append((factor, axes))
             continue
         chosen[factor] = axes
         for i in holders:
             used[i] |= set(axes)
-    return tuple(chosen)
+    return _cheaper_with_reductions(op, factors, known, tuple(chosen), skipped)
+
+
+def _cheaper_with_reductions(
+    op: Op,
+    factors: Factors,
+    known: Mapping[Value, Sharding],
+    chosen: tuple[Axes, ...],
+    skipped: list[tuple[int, Axes]],
+) -> tuple[Axes, ...]:
+    """Rule 2 has one exception, by bytes: a user-annotated contraction split that lost its axes
+    to another factor takes them back when finishing the partial sum moves fewer bytes than
+    gathering the split operands (x @ w split along K with the result wanted split by rows:
+    a ReduceScatter of the result rather than AllGathers of x and w)."""
+    best, best_bytes = chosen, _moved_bytes(op, factors, known, chosen)
+    for factor, axes in skipped:
+        swapped = [() if set(a) & set(axes) else a for a in chosen]
+        swapped[factor] = axes
+        moved = _moved_bytes(op, factors, known, tuple(swapped))
+        if moved < best_bytes:
+            best, best_bytes = tuple(swapped), moved
+    return best
+
+
+def _moved_bytes(
+    op: Op, factors: Factors, known: Mapping[Value, Sharding], axes: tuple[Axes, ...]
+) -> float:
+    """Bytes the op's known tensors move (as fractions of their size, per IPU, ring closed
+    forms without the (n-1)/n) to meet factor axes `axes`: an operand dim losing axes is
+    gathered; a partial result is reduce-scattered where its known sharding splits a dim by
+    those axes, else all-reduced (twice the bytes)."""
+    moved = 0.0
+    for value, dims in zip(op.operands, factors.operands, strict=True):
+        have = known.get(value)
+        if have is None:
+            continue
+        for dim, factor in enumerate(dims):
+            want = axes[factor] if factor is not None else ()
+            if have.dims[dim] and want[: len(have.dims[dim])] != have.dims[dim]:
+                moved += value.nbytes  # an axis dropped: gathered (adding axes is a slice)
+    partial = {a for f in factors.reduction for a in axes[f]}
+    for value in op.results:
+        if not partial:
+            break
+        have = known.get(value)
+        split = {a for d in have.dims for a in d} if have is not None else set()
+        moved += value.nbytes if partial <= split else 2 * value.nbytes
+    return moved
 
 
 def _project(dims: tuple[int | None, ...], axes: tuple[Axes, ...]) -> Sharding:

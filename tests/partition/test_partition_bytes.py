@@ -180,20 +180,31 @@ def test_reduce_scatter_of_a_partial_sum_sends_the_missing_share(n: int) -> None
     assert step.link_cycles == target().link_cycles(step.link_bytes, n - 1, False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="propagation ranks the output's (non-reduction) row factor before the in_shardings' "
-    "contracting factor whatever the sizes, so out_shardings P('dp') of x[8,64] @ w[64,8] split "
-    "over K all-gathers x and w (1536 B per IPU) instead of reduce-scattering the 256 B sum "
-    "(128 B per IPU)",
-)
 def test_row_parallel_output_split_by_rows_is_reduce_scattered() -> None:
-    x = jax.ShapeDtypeStruct((8, 64), jnp.float32)
-    w = jax.ShapeDtypeStruct((64, 8), jnp.float32)
+    """out_shardings P('dp') of x[8,64] @ w[64,8] split over K: the row factor would take dp
+    by rule 2 and all-gather x and w (1536 B per IPU), but reduce-scattering the 256 B partial
+    sum moves 128 B per IPU, so the contraction keeps dp."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 8)).astype(np.float32)
     specs = (P(None, "dp"), P("dp", None))
     compiled = compile_sharded(_row_parallel, mesh((2,), ("dp",)), (x, w), specs, P("dp"))
     assert summary(compiled) == [("reduce_scatter", ("dp",), (8, 8))]
     assert compiled.cost_report().ipu_link_bytes == 2 * gather_bytes(2, 8 * 8 * F32)
+    np.testing.assert_allclose(compiled(x, w), jax.jit(_row_parallel)(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_a_contraction_split_gives_way_when_gathering_moves_less() -> None:
+    """The same conflict with a small K and a wide result: gathering x[8,2] and w[2,512] (4,160
+    B) is cheaper than reduce-scattering the 16 KiB partial sum, so rule 2 stands."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 2)).astype(np.float32)
+    w = rng.standard_normal((2, 512)).astype(np.float32)
+    specs = (P(None, "dp"), P("dp", None))
+    compiled = compile_sharded(_row_parallel, mesh((2,), ("dp",)), (x, w), specs, P(None, "dp"))
+    kinds = {kind for kind, _, _ in summary(compiled)}
+    assert kinds == {"all_gather"}, summary(compiled)
+    np.testing.assert_allclose(compiled(x, w), jax.jit(_row_parallel)(x, w), rtol=1e-5, atol=1e-5)
 
 
 # ---- sums kept pending: linear ops of partial sums, scatter-adds of split updates ---------------
