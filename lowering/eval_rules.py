@@ -2,8 +2,9 @@
 
 A rule takes the operand arrays positionally and the op's attributes as keyword-only arguments,
 so its signature is the op's schema. Ops with regions also receive `regions`: one Python callable
-per region, which evaluates that region's graph. The same rules are the per-tile kernel bodies of
-the tile runtime, run under `jax.vmap`, so they use only jax.lax and never look at concrete values.
+per region, which evaluates that region's graph. The same rules are the kernel bodies of the tile
+runtime, traced inside one jitted program and under `jax.vmap` over mesh axes, so they use only
+jax.lax and never look at concrete values.
 """
 
 from __future__ import annotations
