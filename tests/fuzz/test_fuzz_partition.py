@@ -27,7 +27,7 @@ MESHES = [
 
 KINDS = [
     "matmul", "matmul_sum", "softmax", "max", "transpose", "concat", "reshape", "grad",
-    "gather", "scatter", "cond", "while",
+    "gather", "scatter", "cond", "while", "scatter_rows", "embed_grad", "two_products",
 ]  # fmt: skip
 
 
@@ -46,8 +46,18 @@ def _program(kind: str):
         "scatter": lambda x, w: x.at[jnp.array([0, x.shape[0] - 1])].add(1.0) @ w,
         "cond": lambda x, w: jax.lax.cond(x.sum() > 0, lambda: x @ w, lambda: -(x @ w)),
         "while": lambda x, w: jax.lax.fori_loop(0, 3, lambda i, v: jnp.tanh(v) * 1.5, x) @ w,
+        # scatter-adds of split updates (partial sums), into a nonzero operand and into zeros
+        "scatter_rows": lambda x, w: x.at[_rows(x)].add(jnp.sin(x)) @ w,
+        "embed_grad": lambda x, w: jax.grad(lambda x: jnp.sum(jnp.tanh(x[_rows(x)] @ w)))(x),
+        # a linear op of two partial sums
+        "two_products": lambda x, w: x @ w - (jnp.cos(x) @ w),
     }
     return programs[kind]
+
+
+def _rows(x: jax.Array) -> jax.Array:
+    """Row indices of x, shuffled: (5 i + 1) mod m, with repeats when 5 divides m."""
+    return (jnp.arange(x.shape[0]) * 5 + 1) % x.shape[0]
 
 
 def _spec(draw, rank: int, axes: tuple[str, ...]):
