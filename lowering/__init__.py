@@ -21,7 +21,7 @@ from lowering.eval_rules import EVAL_RULES
 from lowering.evaluator import apply_rule, evaluate, interpret, run_op
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
-from lowering.ir import Graph, Op, Value, free_values, walk
+from lowering.ir import Graph, Op, Value, free_values, producers, walk
 from lowering.locations import SourceLoc
 from lowering.shape_rules import SHAPE_RULES, infer_types
 from lowering.verifier import verify
@@ -50,6 +50,7 @@ __all__ = [
     "interpret",
     "lower",
     "op_cost",
+    "producers",
     "run_op",
     "verify",
     "walk",

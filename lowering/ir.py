@@ -95,6 +95,11 @@ def walk(graph: Graph) -> Iterator[Op]:
             yield from walk(region)
 
 
+def producers(graph: Graph) -> dict[Value, Op]:
+    """The op that makes each value a graph's ops define (not nested ones)."""
+    return {result: op for op in graph.ops for result in op.results}
+
+
 def defined_values(graph: Graph) -> set[Value]:
     """The values a graph defines itself: its inputs and its ops' results (not nested ones)."""
     defined = set(graph.inputs)

@@ -44,7 +44,8 @@ def _all_reduce_eval_rule(
         return (_ALL_REDUCES[reduction](x, axes),)
     parts = [x]
     for axis in axes:
-        parts = [g[i] for p in parts for g in [lax.all_gather(p, axis)] for i in range(len(g))]
+        gathered = [lax.all_gather(p, axis) for p in parts]
+        parts = [g[i] for g in gathered for i in range(len(g))]
     combine = _COMBINE[reduction]
     while len(parts) > 1:  # pairwise, as a tree
         pairs = [combine(a, b) for a, b in zip(parts[::2], parts[1::2], strict=False)]

@@ -8,7 +8,7 @@ recognises them here and names them; any other region is an unsupported form of 
 from __future__ import annotations
 
 from lowering.errors import UnsupportedFeatureError
-from lowering.ir import Graph, Value
+from lowering.ir import Graph, Value, producers
 
 # Scatter regions of the form `return op(current, update)`, by the op's name.
 _SCATTER_COMBINERS = {
@@ -56,7 +56,7 @@ def select_and_scatter_direction(select: Graph, scatter: Graph) -> str:
 
 def _depends_on(region: Graph) -> set[Value]:
     """The region inputs that its outputs depend on, through its ops."""
-    producer = {result: op for op in region.ops for result in op.results}
+    producer = producers(region)
     seen: set[Value] = set()
     stack = list(region.outputs)
     while stack:

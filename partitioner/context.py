@@ -1,6 +1,5 @@
 """What tile rules share while the scheduler maps one program: the target, the tile offset that
-spreads linearly mapped tensors over the chip, and the op that makes each value and the ops that
-read it."""
+spreads linearly mapped tensors over the chip, and the op that makes each value."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ class MappingContext:
     constants: dict[Value, np.ndarray] = field(default_factory=dict)
     links: LinkModel | None = None
     producers: dict[Value, Op] = field(default_factory=dict)  # value -> the op that makes it
-    consumers: dict[Value, tuple[str, ...]] = field(default_factory=dict)  # value -> op names
     _next_start: int = 0
 
     def linear(self, value: Value) -> Layout:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from lowering import VOCABULARY, Op
 from lowering.regions import scatter_combiner
 from lowering.vocabulary import ELEMENTWISE
+from partitioner.sharding import Axes, Sharding
 
 Dims = tuple[int | None, ...]
 
@@ -30,6 +31,12 @@ class Factors:
 
 
 FactorRule = Callable[[Op], Factors]
+
+
+def project(dims: Dims, axes: tuple[Axes, ...], partial: Axes = ()) -> Sharding:
+    """The sharding of a tensor whose dims map to factors `dims`, each factor split over
+    `axes[factor]` (a dim mapped to no factor stays whole)."""
+    return Sharding(tuple(() if f is None else axes[f] for f in dims), partial)
 
 
 def _replicated_factor_rule(op: Op) -> Factors:

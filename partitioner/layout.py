@@ -112,40 +112,29 @@ def linear_layout(
     return Layout(shape, (elements,), (used,), start, (per_tile,))
 
 
-def _reshape(x: Array, shape: Any) -> Array:
-    shape = tuple(int(d) for d in shape)
-    return x if x.shape == shape else lax.reshape(x, shape)
-
-
-def _transpose(x: Array, order: list[int]) -> Array:
-    # The runtime traces thousands of these: skipping the no-ops keeps tracing and XLA fast.
-    return x if order == sorted(order) else lax.transpose(x, order)
-
-
 def to_tiles(x: Array, layout: Layout, pad_value: Any = 0) -> Array:
     """The logical array as `[tiles, *block]`, padding the last block of each view dim."""
     block = layout.block
-    x = _reshape(x, layout.view)
+    x = jnp.reshape(x, layout.view)
     padding = [(0, g * b - v, 0) for v, g, b in zip(layout.view, layout.grid, block, strict=True)]
     if any(high for _, high, _ in padding):
         x = lax.pad(x, jnp.asarray(pad_value, x.dtype), padding)
     split = [d for g, b in zip(layout.grid, block, strict=True) for d in (g, b)]
-    x = _reshape(x, split)
+    x = jnp.reshape(x, split)
     rank = len(layout.view)
-    x = _transpose(x, [2 * i for i in range(rank)] + [2 * i + 1 for i in range(rank)])
-    return _reshape(x, (layout.tiles, *block))
+    x = jnp.transpose(x, [2 * i for i in range(rank)] + [2 * i + 1 for i in range(rank)])
+    return jnp.reshape(x, (layout.tiles, *block))
 
 
 def from_tiles(tiles: Array, layout: Layout) -> Array:
     """The logical array from its `[tiles, *block]` form, padding dropped."""
     block = layout.block
     rank = len(layout.view)
-    x = _reshape(tiles, (*layout.grid, *block))
-    x = _transpose(x, [d for i in range(rank) for d in (i, rank + i)])
-    x = _reshape(x, [g * b for g, b in zip(layout.grid, block, strict=True)])
-    if x.shape != layout.view:
-        x = lax.slice(x, (0,) * rank, layout.view)
-    return _reshape(x, layout.shape)
+    x = jnp.reshape(tiles, (*layout.grid, *block))
+    x = jnp.transpose(x, [d for i in range(rank) for d in (i, rank + i)])
+    x = jnp.reshape(x, [g * b for g, b in zip(layout.grid, block, strict=True)])
+    x = x[tuple(slice(0, v) for v in layout.view)]
+    return jnp.reshape(x, layout.shape)
 
 
 def free_move(source: Layout, target: Layout) -> bool:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowering import Graph, Op, Value, free_values, infer_types, walk
+from lowering import Graph, Op, Value, free_values, infer_types, producers, walk
 from partitioner.builder import Builder
-from partitioner.factor_rules import FACTOR_RULES, Factors, lookup_dim, reduction_kind
+from partitioner.factor_rules import FACTOR_RULES, Factors, lookup_dim, project, reduction_kind
 from partitioner.propagation import Propagated
 from partitioner.sharding import Axes, Sharding
 
@@ -68,10 +68,6 @@ def _axes_of(factors: Factors, axes: tuple[Axes, ...], operand: int, dim: int) -
 # ---- per-op rewriting --------------------------------------------------------------------
 
 
-def _project(dims: tuple[int | None, ...], axes: tuple[Axes, ...], partial: Axes = ()) -> Sharding:
-    return Sharding(tuple(() if f is None else axes[f] for f in dims), partial)
-
-
 def _localized_attrs(op: Op, local_results: Sequence[tuple[int, ...]], operands: Sequence[Value]):
     """Attributes that spell out shapes, rewritten for per-IPU shapes."""
     attrs = dict(op.attrs)
@@ -108,7 +104,7 @@ class _Partitioner:
         self.mesh = mesh
         self.b = Builder(mesh, _max_id(graph) + 1)
         self.local: dict[Value, tuple[Value, Sharding]] = {}
-        self.producers = {r: op for op in graph.ops for r in op.results}
+        self.producers = producers(graph)
         self.resharded: dict[tuple[Value, Sharding], Value] = {}
 
     def operand(self, value: Value, want: Sharding, op: Op, why: str) -> Value:
@@ -168,12 +164,12 @@ class _Partitioner:
             self.whole(op, factors)
 
     def try_sharded(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> bool:
-        results = [_project(d, axes) for d in factors.results]
+        results = [project(d, axes) for d in factors.results]
         local_shapes = [
             s.local_shape(v.shape, self.mesh) for s, v in zip(results, op.results, strict=True)
         ]
         if op.name == "reshape" and math.prod(local_shapes[0]) != math.prod(
-            _project(factors.operands[0], axes).local_shape(op.operands[0].shape, self.mesh)
+            project(factors.operands[0], axes).local_shape(op.operands[0].shape, self.mesh)
         ):
             return False
         mark = len(self.b.ops)
@@ -181,7 +177,7 @@ class _Partitioner:
         if set(pending) & {a for f in axes for a in f}:
             pending = ()  # an axis cannot both split a dimension and sum over IPUs
         operands = [
-            self.operand(v, _project(d, axes, pending), op, _why(op, factors, i))
+            self.operand(v, project(d, axes, pending), op, _why(op, factors, i))
             for i, (v, d) in enumerate(zip(op.operands, factors.operands, strict=True))
         ]
         operands = self.mask_reductions(op, factors, axes, operands)
@@ -223,8 +219,7 @@ class _Partitioner:
         if op.name not in _LINEAR:
             return ()
         pending = {self.local[v][1].partial for v in op.operands}
-        (common,) = pending if len(pending) == 1 else ((),)
-        return common
+        return pending.pop() if len(pending) == 1 else ()
 
     def emit_local(
         self,

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lowering import Graph, Op, Value
-from partitioner.factor_rules import FACTOR_RULES, Factors
+from partitioner.factor_rules import FACTOR_RULES, Factors, project
 from partitioner.sharding import Axes, Sharding
 
 _MAX_SWEEPS = 8
@@ -69,17 +69,19 @@ def decide_factors(
         {f for f in dims if f is not None} | set(factors.reduction) for dims in factors.results
     ]
     used: list[set[str]] = [set() for _ in tensors]
-    skipped = []
+    skipped: dict[tuple[int, Axes], None] = {}  # in order, each once
     for rank, factor, axes in _candidates(op, factors, known, fixed):
         holders = [i for i, fs in enumerate(tensors) if factor in fs]
         if chosen[factor] or any(used[i] & set(axes) for i in holders):
             if rank[0] == 0 and factor in factors.reduction and not chosen[factor]:
-                skipped.append((factor, axes))
+                skipped[(factor, axes)] = None
             continue
         chosen[factor] = axes
         for i in holders:
             used[i] |= set(axes)
-    return _cheaper_with_reductions(op, factors, known, tuple(chosen), skipped)
+    if not skipped:
+        return tuple(chosen)
+    return _cheaper_with_reductions(op, factors, known, tuple(chosen), list(skipped))
 
 
 def _cheaper_with_reductions(
@@ -120,17 +122,12 @@ def _moved_bytes(
             if have.dims[dim] and want[: len(have.dims[dim])] != have.dims[dim]:
                 moved += value.nbytes  # an axis dropped: gathered (adding axes is a slice)
     partial = {a for f in factors.reduction for a in axes[f]}
-    for value in op.results:
-        if not partial:
-            break
-        have = known.get(value)
-        split = {a for d in have.dims for a in d} if have is not None else set()
-        moved += value.nbytes if partial <= split else 2 * value.nbytes
+    if partial:
+        for value in op.results:
+            have = known.get(value)
+            split = have.axes if have is not None else set()
+            moved += value.nbytes if partial <= split else 2 * value.nbytes
     return moved
-
-
-def _project(dims: tuple[int | None, ...], axes: tuple[Axes, ...]) -> Sharding:
-    return Sharding(tuple(() if f is None else axes[f] for f in dims))
 
 
 @dataclass
@@ -169,7 +166,7 @@ def _sweep(ops: list[Op], state: _State) -> bool:
         for value, dims in tensors:
             if value in fixed or not any(f is not None and axes[f] for f in dims):
                 continue
-            proposed = _project(dims, axes)
+            proposed = project(dims, axes)
             refined = _refine(known.get(value), proposed)
             if refined is None:
                 continue

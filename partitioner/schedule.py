@@ -8,9 +8,7 @@ tasks, which the runtime runs in order and the cost model sums.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from lowering import Graph, Op, Value, free_values
+from lowering import Graph, Op, Value, free_values, producers
 from partitioner.context import MappingContext
 from partitioner.links import LinkModel
 from partitioner.program import Program, Task
@@ -28,24 +26,11 @@ def _reads(op: Op) -> tuple[Value, ...]:
     return op.operands + tuple(captured)
 
 
-def _consumers(ops: Sequence[Op], reads: Sequence[tuple[Value, ...]]) -> dict[Value, tuple]:
-    found: dict[Value, list[str]] = {}
-    for op, values in zip(ops, reads, strict=True):
-        for value in values:
-            found.setdefault(value, []).append(op.name)
-    return {value: tuple(names) for value, names in found.items()}
-
-
 def schedule(graph: Graph, target: Target, links: LinkModel | None = None) -> Program:
     """Maps every value of `graph` onto the tiles of one IPU and orders its supersteps; with a
     link model, collectives are costed over IPU-Links."""
     reads = [_reads(op) for op in graph.ops]
-    ctx = MappingContext(
-        target,
-        links=links,
-        producers={r: op for op in graph.ops for r in op.results},
-        consumers=_consumers(graph.ops, reads),
-    )
+    ctx = MappingContext(target, links=links, producers=producers(graph))
     layouts = {value: ctx.linear(value) for value in graph.inputs}
     tasks: list[Task] = []
     for op, values in zip(graph.ops, reads, strict=True):

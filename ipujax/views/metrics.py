@@ -120,6 +120,15 @@ class Kinds:
     def total(self) -> int:
         return self.compute + self.exchange + self.sync + self.link
 
+    def rows(self) -> tuple[tuple[str, str, int], ...]:
+        """(kind, PopVision step, cycles) in the order the tables list them."""
+        return (
+            ("compute", "OnTileExecute", self.compute),
+            ("exchange", "DoExchange", self.exchange),
+            ("sync", "Sync", self.sync),
+            ("IPU-Links", "GlobalExchange", self.link),
+        )
+
 
 def kind_totals(report: CostReport) -> Kinds:
     steps = report.supersteps

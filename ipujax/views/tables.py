@@ -215,12 +215,7 @@ def kinds_table(report: CostReport) -> Table:
         "time",
         numeric=(2, 3, 4),
     )
-    for name, step, cycles in (
-        ("compute", "OnTileExecute", kinds.compute),
-        ("exchange", "DoExchange", kinds.exchange),
-        ("sync", "Sync", kinds.sync),
-        ("IPU-Links", "GlobalExchange", kinds.link),
-    ):
+    for name, step, cycles in kinds.rows():
         table.add_row(
             name,
             step,

@@ -48,5 +48,16 @@ def tile_share(total: int, elements: int, block_elements: int) -> int:
     return math.ceil(total * block_elements / max(1, elements))
 
 
+def received_bytes(producer: Op | None, block_bytes: int) -> int:
+    """Bytes a tile receives to hold `block_bytes` of a value `producer` makes: a broadcast is a
+    view of its source in Poplar, so a tile receives at most the source; an iota's indices each
+    tile makes itself."""
+    if producer is not None and producer.name == "broadcast_in_dim":
+        return min(block_bytes, producer.operands[0].nbytes)
+    if producer is not None and producer.name == "iota":
+        return 0
+    return block_bytes
+
+
 def permuted(value: Value, order: Sequence[int]) -> tuple[int, ...]:
     return tuple(value.shape[d] for d in order)

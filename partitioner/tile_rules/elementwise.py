@@ -9,7 +9,7 @@ from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
 from partitioner.layout import Layout, free_move
 from partitioner.program import Superstep, Task
-from partitioner.tile_rules.common import Array, make_step, tile_share
+from partitioner.tile_rules.common import Array, make_step, received_bytes, tile_share
 from partitioner.tile_rules.whole import whole_tensor_tile_rule
 
 
@@ -45,13 +45,7 @@ def _moved_bytes(value: Value, layout: Layout, out: Layout, ctx: MappingContext)
         return value.dtype.itemsize
     if layout == out or free_move(layout, out):
         return 0
-    block = out.block_elements * value.dtype.itemsize
-    producer = ctx.producers.get(value)
-    if producer is not None and producer.name == "broadcast_in_dim":
-        return min(block, producer.operands[0].nbytes)
-    if producer is not None and producer.name == "iota":
-        return 0  # each tile makes its own indices
-    return block
+    return received_bytes(ctx.producers.get(value), out.block_elements * value.dtype.itemsize)
 
 
 def _elementwise_layout(op: Op, layouts: tuple[Layout, ...], ctx: MappingContext) -> Layout:

@@ -47,9 +47,9 @@ def reduce_tile_rule(
     depth = math.prod(xs[0].shape[d] for d in dims)
     itemsize = max(v.dtype.itemsize for v in xs)
     gp, gq = _reduce_split(rows, depth, itemsize, ctx.target)
-    grids = [Layout(permuted(x, kept + list(dims)), (rows, depth), (gp, gq)) for x in xs]
-    outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
     order = (*kept, *dims)
+    grids = [Layout(permuted(x, order), (rows, depth), (gp, gq)) for x in xs]
+    outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
 
     def kernel(*arrays: Array) -> tuple[Array, ...]:
         if gq == 1:  # each tile reduces whole rows
@@ -63,7 +63,7 @@ def reduce_tile_rule(
         combined = apply_rule(op, [*local, *inits], {"dimensions": (1,)}, {})
         return tuple(c.reshape(r.shape) for c, r in zip(combined, op.results, strict=True))
 
-    in_place = list(kept + list(dims)) == sorted(kept + list(dims)) and all(
+    in_place = list(order) == sorted(order) and all(
         free_move(lay, grid) for lay, grid in zip(layouts[:half], grids, strict=True)
     )
     steps = _reduce_steps(op, grids, outs, gq, in_place, ctx.target)

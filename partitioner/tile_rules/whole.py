@@ -11,7 +11,7 @@ from lowering.vocabulary import CONTRACTIONS
 from partitioner.context import MappingContext
 from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Task
-from partitioner.tile_rules.common import Array, make_step, tile_share
+from partitioner.tile_rules.common import Array, make_step, received_bytes, tile_share
 
 
 def _region_flops(op: Op, ctx: MappingContext) -> int:
@@ -64,11 +64,8 @@ def _whole_tensor_steps(op: Op, outs: tuple[Layout, ...], ctx: MappingContext) -
     start = outs[0].start
     elements = sum(r.size for r in op.results)
     block = sum(o.block_elements for o in outs)
-    received = sum(tile_bytes(o, r.dtype) for o, r in zip(outs, op.results, strict=True))
-    if op.name == "broadcast_in_dim":  # each tile receives the source once, then copies
-        received = min(received, op.operands[0].nbytes)
-    if op.name in ("iota",):
-        received = 0
+    blocks = sum(tile_bytes(o, r.dtype) for o, r in zip(outs, op.results, strict=True))
+    received = received_bytes(op, blocks)
     cost = op_cost(op)
     flops = cost.flops + _region_flops(op, ctx)
     per_tile = tile_share(flops, elements, block)

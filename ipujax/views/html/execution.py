@@ -9,7 +9,7 @@ import numpy as np
 
 from ipujax.report import CostReport, SuperstepCost
 from ipujax.views import metrics as m
-from ipujax.views.html.widgets import WIDTH, e, legend, panel, table
+from ipujax.views.html.widgets import WIDTH, e, legend, panel, svg, table
 
 TOP_OPS = 15
 TOP_LINES = 25
@@ -58,14 +58,10 @@ def _by_op_chart(report: CostReport) -> str:
             f"{c.cycles:,} ({100 * c.cycles / total:.1f}%)</text>"
         )
     height = len(shown) * row_h + 4
-    svg = (
-        f'<svg width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="cycles by op">'
-        f"{''.join(rows)}</svg>"
-    )
+    plot = svg(WIDTH, height, "cycles by op", "".join(rows))
     keys = [("compute (OnTileExecute)", COMPUTE), ("exchange (DoExchange)", EXCHANGE)]
     keys += [("IPU-Links (GlobalExchange)", LINKS)] if m.kind_totals(report).link else []
-    return svg + legend((*keys, ("sync", SYNC)))
+    return plot + legend((*keys, ("sync", SYNC)))
 
 
 def _timeline(report: CostReport) -> str:
@@ -107,15 +103,11 @@ def _timeline(report: CostReport) -> str:
         f"{total:,} cycles = {e(m.fmt_seconds(total / report.clock_hz))}</text>"
     )
     height = occ_y + occ_h + 26
-    svg = (
-        f'<svg width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="superstep timeline">'
-        f"{''.join(parts)}</svg>"
-    )
+    plot = svg(WIDTH, height, "superstep timeline", "".join(parts))
     keys = [("Sync", SYNC), ("DoExchange", EXCHANGE)]
     keys += [("GlobalExchange", LINKS)] if m.kind_totals(report).link else []
     keys += [("OnTileExecute", COMPUTE), ("tiles used by the compute set, of all tiles", "#7fb27f")]
-    return svg + legend(keys)
+    return plot + legend(keys)
 
 
 def _timeline_rects(
@@ -218,12 +210,7 @@ def _execution_tables(report: CostReport) -> str:
     total = kinds.total or 1
     kind_rows = [
         (name, step, f"{c:,}", m.fmt_pct(c / total, 1), m.fmt_seconds(c / report.clock_hz))
-        for name, step, c in (
-            ("compute", "OnTileExecute", kinds.compute),
-            ("exchange", "DoExchange", kinds.exchange),
-            ("sync", "Sync", kinds.sync),
-            ("IPU-Links", "GlobalExchange", kinds.link),
-        )
+        for name, step, c in kinds.rows()
     ]
     kind_rows.append(
         ("total", "", f"{kinds.total:,}", "", m.fmt_seconds(kinds.total / report.clock_hz))

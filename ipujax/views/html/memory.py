@@ -9,7 +9,7 @@ import numpy as np
 
 from ipujax.report import CostReport
 from ipujax.views import metrics as m
-from ipujax.views.html.widgets import WIDTH, Raw, e, legend, panel, table
+from ipujax.views.html.widgets import WIDTH, Raw, e, legend, panel, svg, table
 
 MAX_HEATMAPS = 16
 OVER = "#d62728"
@@ -50,11 +50,7 @@ def _heatmap(report: CostReport, ipu: int) -> str:
     legend_y = grid_h + 14
     key = _heatmap_legend(report, (low, high), legend_y, cols * cell)
     height = legend_y + 46
-    return (
-        f'<svg width="{cols * cell}" height="{height}" '
-        f'viewBox="0 0 {cols * cell} {height}" role="img" '
-        f'aria-label="memory per tile, IPU {ipu}">{"".join(parts)}{key}</svg>'
-    )
+    return svg(cols * cell, height, f"memory per tile, IPU {ipu}", "".join(parts) + key)
 
 
 def _heatmap_legend(report: CostReport, scale: tuple[int, int], y: int, width: int) -> str:
@@ -147,11 +143,8 @@ def _profile(report: CostReport, ipu: int) -> str:
             f"scale: the peak is {e(m.fmt_pct(m.memory_fraction(report), 1))} of it</text>"
         )
     height = pad_top + plot_h + 26
-    return (
-        f'<svg width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="bytes per tile">'
-        f"{''.join(ticks)}{area(total, '#9cc3e6')}{area(live, '#2f5f8f')}{budget_mark}</svg>"
-    )
+    body = f"{''.join(ticks)}{area(total, '#9cc3e6')}{area(live, '#2f5f8f')}{budget_mark}"
+    return svg(WIDTH, height, "bytes per tile", body)
 
 
 def _memory_tables(report: CostReport) -> str:

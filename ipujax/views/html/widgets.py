@@ -40,6 +40,14 @@ def table(
     return f"{opening}{thead}<tbody>{''.join(body)}</tbody></table>"
 
 
+def svg(width: int, height: int, label: str, body: str) -> str:
+    """An inline SVG plot of `width` x `height` px, `label` for screen readers."""
+    return (
+        f'<svg width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}">{body}</svg>'
+    )
+
+
 class Raw(str):
     """Markup this package built itself (already escaped)."""
 
