@@ -105,7 +105,7 @@ def spmd_section(setup: Setup, runs: Sequence[MeshRun], repeats: int) -> Section
         "sharing this machine's cores; ipujax s: the run table's figure. Collectives by kind "
         "(XLA: instructions of the partitioned HLO, which its combiner may have merged; ipujax: "
         "collective ops) and bytes each device sends over a program step, both by the ring "
-        "closed forms of `partitioner.links.ring_bytes`, as `benchmarks/spmd_compare.py` counts "
+        "closed forms of `partitioner.ring_bytes`, as `benchmarks/spmd_compare.py` counts "
         "them. loss diff: |XLA SPMD's loss - jax.jit's|."
     )
     title = "XLA's SPMD partitioner on the same steps"

@@ -20,7 +20,7 @@ element buffers, each by the closed form below, summed (as if uncombined, like i
 group size n comes from `replica_groups` (explicit `{{...}}`, iota `[g,n]<=[...]`, or the
 named-mesh form `mesh[...] {axes}`; empty means all partitions).
 
-Both sides are measured with one yardstick, `partitioner.links.ring_bytes`: the bytes each
+Both sides are measured with one yardstick, `partitioner.ring_bytes`: the bytes each
 device sends in a ring over its group for a buffer of N bytes, where N is the operand for
 all-reduce and all-to-all, the gathered result for all-gather and the whole input (result x n)
 for reduce-scatter. A collective-permute has no ring: each source device sends its buffer once
@@ -59,7 +59,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from partitioner.links import ring_bytes  # noqa: E402
+from partitioner import ring_bytes  # noqa: E402
 
 DEVICES = 8  # forced host devices in the XLA child
 TILES = 64  # tiles per IPU of the ipujax target (a small Bow)
@@ -405,7 +405,7 @@ def ipujax_collectives(compiled: Any) -> list[Collective]:
 def _ipujax_ops(compiled: Any) -> list[tuple[str, str, int]]:
     """(kind, result type, ring buffer N) of the per-IPU program's collectives in program order,
     as `partitioner.tile_rules` costs them (best effort: the report does not carry shapes)."""
-    from lowering.vocabulary import COLLECTIVES
+    from lowering import COLLECTIVES
 
     partitioned = getattr(compiled, "partitioned", None)
     if partitioned is None:

@@ -6,8 +6,8 @@
     step(params, batch)                                   # jax.jit's numbers, on virtual tiles
     step.lower(params, batch).compile().cost_report()     # cycles, memory per tile, exchange
 
-Public names only; the work is done in `lowering` (JAX -> IR), `partitioner` (tiles, supersteps)
-and the modules of this package (API, runtime, cost report).
+Public names only; the work is done in `lowering` (JAX -> IR), `partitioner` (shardings, tiles,
+supersteps, memory and the cost model) and the modules of this package (API, runtime, report).
 """
 
 from ipujax.api import Compiled, Jitted, Lowered, jit
@@ -17,15 +17,15 @@ from ipujax.errors import (
     IpujaxError,
     LoweringError,
     OutOfMemoryError,
+    ReplicationWarning,
     ReportError,
     ShardingError,
     UnsupportedOpError,
     VerifyError,
 )
-from ipujax.mesh import SYSTEMS, Mesh, System, make_mesh
 from ipujax.report import CollectiveCost, CostReport, PhaseCost, SuperstepCost, TileUsage
 from lowering import Graph, evaluate, lower
-from partitioner.target import Target
+from partitioner import SYSTEMS, Mesh, System, Target, make_mesh
 
 __all__ = [
     "SYSTEMS",
@@ -41,6 +41,7 @@ __all__ = [
     "Mesh",
     "OutOfMemoryError",
     "PhaseCost",
+    "ReplicationWarning",
     "ReportError",
     "ShardingError",
     "SuperstepCost",

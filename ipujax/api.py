@@ -6,8 +6,8 @@
     compiled(*args); compiled.cost_report()
     compiled.devices                          # the real jax devices it runs on
 
-The stages: lower (trace to StableHLO, import to the IR) -> schedule (tile layouts, kernels,
-supersteps) -> check memory -> build the cost report -> jit the runtime. Arguments may be
+The stages: lower (trace to StableHLO, import to the IR) -> `partitioner.build` (partition,
+schedule, phases, memory, cost) -> the runtime and the cost report. Arguments may be
 `jax.ShapeDtypeStruct`s, so a program can be compiled and costed without data.
 """
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,18 +26,31 @@ import numpy as np
 from jax.sharding import AbstractMesh, PartitionSpec
 
 from ipujax.boundary import api_boundary
-from ipujax.cost import build_report
-from ipujax.mesh import Mesh, default_mesh
-from ipujax.pipeline import Built, build
-from ipujax.printer import format_program
-from ipujax.report import CostReport
-from ipujax.runtime import run_step_by_step
-from ipujax.sharded import explain, user_shardings
+from ipujax.errors import ReplicationWarning
+from ipujax.report import CostReport, build_report
+from ipujax.runtime import make_runner, run_step_by_step
 from ipujax.specs import input_specs, output_specs
-from lowering import Graph, eliminate_dead_code, lower
-from lowering.evaluator import flatten_args
-from partitioner.errors import ConfigError
-from partitioner.program import Task
+from lowering import Graph, eliminate_dead_code, flatten_args, lower
+from partitioner import (
+    Built,
+    ConfigError,
+    Mesh,
+    Options,
+    Task,
+    build,
+    default_mesh,
+    explain,
+    format_program,
+    user_shardings,
+)
+
+VERIFY_ENV = "IPUJAX_VERIFY"
+
+
+def _verify_requested() -> bool:
+    """Whether to verify each per-IPU program's IR after partitioning (IPUJAX_VERIFY=1): a
+    debug aid, on in ipujax's own tests."""
+    return os.environ.get(VERIFY_ENV, "").lower() not in ("", "0", "off", "false")
 
 
 @dataclass(frozen=True)
@@ -48,34 +63,42 @@ class _Options:
     donate_argnums: tuple[int, ...]
     phases: Any
     devices: tuple[jax.Device, ...] | None = None
+    replica_axes: tuple[str, ...] | None = None
 
 
 class Compiled:
     """A program scheduled on the virtual IPUs: callable, with its BSP program and cost report."""
 
-    def __init__(self, graph: Graph, built: Built, mesh: Mesh) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        built: Built,
+        donate: Sequence[int] = (),
+        devices: Sequence[jax.Device] | None = None,
+    ) -> None:
         self.graph = graph
         self.built = built
         self.program = built.program
         self.memory = built.memory
-        self.mesh = mesh
+        self.mesh = built.mesh
         self.partitioned = built.partitioned
-        self._report = build_report(built, mesh)
+        self.run, self._devices = make_runner(built, donate, devices)
+        self._report = build_report(built)
 
     @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Spread over devices, the runner places host data on them itself (see runtime).
-        host = self.built.run.shardings is not None
+        host = self.run.shardings is not None
         with jax.enable_x64(True):
             flat = flatten_args(self.graph, args, kwargs, host)
-        outputs = self.built.run(*flat)
+        outputs = self.run(*flat)
         return jax.tree.unflatten(self.graph.out_tree, outputs)
 
     @property
     def devices(self) -> tuple[jax.Device, ...]:
         """The real jax devices the program runs on: the mesh's IPUs are spread over several
         when several are visible and a mesh axis divides among them, else one device."""
-        return self.built.devices
+        return self._devices
 
     def cost_report(self) -> CostReport:
         return self._report
@@ -86,11 +109,19 @@ class Compiled:
             return text
         return explain(self.partitioned, self.mesh) + "\n\n" + text
 
+    @property
+    def replica_axes(self) -> tuple[str, ...]:
+        """The mesh axes the program runs data parallel over: derived from the shardings, or
+        as given by `ipujax.jit(..., replica_axes=...)`."""
+        return self.built.replica_axes
+
     def explain(self) -> str:
-        """Each tensor's sharding and where it came from."""
+        """Each tensor's sharding and where it came from, the replica axes, and the ops that
+        forced a split tensor whole."""
         if self.partitioned is None:
             return f"one IPU ({self.mesh}): every tensor is whole"
-        return explain(self.partitioned, self.mesh)
+        replicas = ", ".join(self.replica_axes) or "none"
+        return f"{explain(self.partitioned, self.mesh)}\nreplica axes: {replicas}"
 
     def step_by_step(self, *args: Any, **kwargs: Any) -> Iterator[tuple[Task, tuple]]:
         """Runs one task (an op's supersteps) at a time, yielding each with its results."""
@@ -124,17 +155,30 @@ class Lowered:
     @api_boundary
     def compile(self, *, check_memory_fits: bool = True) -> Compiled:
         options = self._options
-        built = build(
-            self.graph,
-            options.mesh,
-            self._in_specs,
-            self._out_specs,
-            options.phases,
-            self._donate,
-            check_memory_fits,
-            options.devices,
+        how = Options(
+            phases=options.phases,
+            replica_axes=options.replica_axes,
+            check_memory=check_memory_fits,
+            verify=_verify_requested(),
         )
-        return Compiled(self.graph, built, options.mesh)
+        built = build(self.graph, options.mesh, self._in_specs, self._out_specs, how)
+        _warn_forced_whole(built)
+        return Compiled(self.graph, built, self._donate, options.devices)
+
+
+def _warn_forced_whole(built: Built) -> None:
+    """One warning per compile when ops gathered split tensors to run whole on every IPU."""
+    forced = built.partitioned.forced_whole if built.partitioned is not None else ()
+    if not forced:
+        return
+    more = f" (and {len(forced) - 1} more)" if len(forced) > 1 else ""
+    warnings.warn(
+        f"{forced[0]}{more}: it has no rule to run split, so every IPU holds the whole tensor; "
+        "Compiled.explain() lists them all. Shard its operands another way, or accept the "
+        "gather.",
+        ReplicationWarning,
+        stacklevel=4,  # the caller of compile(), past the API boundary
+    )
 
 
 def _leaf_key(leaf: Any) -> Any:
@@ -213,7 +257,7 @@ class Jitted:
             graph = eliminate_dead_code(lower(dynamic, *dyn_args, **dyn_kwargs))
         in_specs = input_specs(self._options.in_shardings, dyn_args, dyn_kwargs)
         out_specs = output_specs(self._options.out_shardings, graph.out_tree)
-        user_shardings(graph, mesh, in_specs, out_specs)
+        user_shardings(graph, mesh.shape, in_specs, out_specs)
         donate = self._donated(dyn_args, len(args))
         return Lowered(graph, self._options, donate, in_specs, out_specs)
 
@@ -272,11 +316,15 @@ def jit(
     donate_argnums: int | Sequence[int] = (),
     phases: Any = None,
     devices: Sequence[jax.Device] | None = None,
+    replica_axes: str | Sequence[str] | None = None,
 ) -> Any:
     """Compiles `fun` for a virtual IPU system; use like `jax.jit`, with or without arguments.
 
     `devices` are the real jax devices a mesh of many IPUs may be spread over (default: all of
-    `jax.devices()`); `devices=jax.devices()[:1]` keeps everything on one device."""
+    `jax.devices()`); `devices=jax.devices()[:1]` keeps everything on one device.
+    `replica_axes` names the mesh axes the program runs data parallel over (replicated tensor
+    sharding and the replicas' costs follow them); by default they are derived: an axis over
+    which some input is split and most input bytes are replicated."""
     options = _Options(
         mesh=mesh or default_mesh(),
         in_shardings=in_shardings,
@@ -286,6 +334,7 @@ def jit(
         donate_argnums=_as_tuple(donate_argnums),
         phases=phases,
         devices=None if devices is None else tuple(devices),
+        replica_axes=None if replica_axes is None else _as_tuple(replica_axes),
     )
     if fun is None:
         return lambda f: Jitted(f, options)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from lowering.errors import IpujaxError
+from lowering import IpujaxError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

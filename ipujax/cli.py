@@ -1,6 +1,6 @@
 """The `ipujax` command line (docs/cli.md).
 
-    ipujax cost-report SPEC [--target bow|mk2|mk1] [--mesh dp=2,tp=8] [--phases auto]
+    ipujax cost-report SPEC [--target bow|mk2|mk1] [--mesh NAME=SIZE,...] [--phases auto]
                             [--json PATH] [--trace PATH] [--html PATH]
     ipujax report show PATH.json [--trace PATH] [--html PATH]
     ipujax report diff A.json B.json
@@ -29,9 +29,8 @@ from typing import Any, NoReturn
 
 from ipujax.api import jit
 from ipujax.errors import IpujaxError
-from ipujax.mesh import Mesh, make_mesh
 from ipujax.report import CostReport
-from partitioner.target import Target
+from partitioner import Mesh, Target, make_mesh
 
 EXIT_ERROR = 2
 TARGETS: dict[str, Callable[[], Target]] = {"bow": Target.bow, "mk2": Target.mk2, "mk1": Target.mk1}
@@ -69,7 +68,7 @@ def parse_target(name: str) -> Target:
 
 
 def parse_mesh(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """'dp=2,tp=8' -> ((2, 8), ('dp', 'tp'))."""
+    """'data=2,model=8' -> ((2, 8), ('data', 'model'))."""
     sizes: list[int] = []
     names: list[str] = []
     for item in text.split(","):

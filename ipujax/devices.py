@@ -22,9 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ipujax.sharded import axis_traffic
-from partitioner.partition import Partitioned
-from partitioner.sharding import Sharding
+from partitioner import Partitioned, Sharding, axis_traffic
 
 Array = Any
 

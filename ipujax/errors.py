@@ -3,12 +3,17 @@ of these. Each stage defines its own (lowering, partitioner); this module gather
 
 from __future__ import annotations
 
-from lowering.errors import IpujaxError, LoweringError, UnsupportedOpError, VerifyError
-from partitioner.errors import ConfigError, OutOfMemoryError, ShardingError
+from lowering import IpujaxError, LoweringError, UnsupportedOpError, VerifyError
+from partitioner import ConfigError, OutOfMemoryError, ShardingError
 
 
 class ReportError(IpujaxError):
     """A cost report that cannot be read: malformed JSON, a wrong schema or version."""
+
+
+class ReplicationWarning(UserWarning):
+    """An op that cannot run split ran whole on every IPU and gathered a tensor that was split:
+    correct, but it moves and holds the whole tensor on each IPU (`Compiled.explain()`)."""
 
 
 __all__ = [
@@ -16,6 +21,7 @@ __all__ = [
     "IpujaxError",
     "LoweringError",
     "OutOfMemoryError",
+    "ReplicationWarning",
     "ReportError",
     "ShardingError",
     "UnsupportedOpError",

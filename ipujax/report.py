@@ -1,8 +1,10 @@
 """The cost report: what the real machine would do, from the Target's cost model.
 
-Every figure here is derived statically when the program is compiled (cycles from the Target's
-formulas, bytes from layouts), never measured from the simulator. The report prints as text and
-round-trips exactly through a versioned JSON schema.
+Every figure here is derived statically when the program is compiled (cycles from the cost
+formulas of `partitioner.cost`, bytes from layouts), never measured from the simulator. The
+report holds the partitioner's records themselves, prints as text and round-trips exactly
+through a versioned JSON schema (a record's figures are its fields that compare; where a
+superstep runs on the chip is the schedule's business, not the report's).
 """
 
 from __future__ import annotations
@@ -15,66 +17,23 @@ from typing import Any
 import numpy as np
 
 from ipujax.errors import ReportError
+from partitioner import (
+    Built,
+    CollectiveCost,
+    PhaseCost,
+    Superstep,
+    TileUsage,
+    fullest_tiles,
+    io_tile_bytes,
+)
 
 SCHEMA = "ipujax.cost_report"
 VERSION = 1
 
 
-@dataclass(frozen=True, slots=True)
-class SuperstepCost:
-    name: str
-    op: str
-    source: str
-    tiles: int
-    flops: int
-    exchange_bytes: int
-    compute_cycles: int
-    exchange_cycles: int
-    sync_cycles: int
-    sync_group: str = "ipu"
-    link_cycles: int = 0  # a collective's ring over IPU-Links (GlobalExchange)
-    kind: str = "compute"  # or "collective"
-
-    @property
-    def cycles(self) -> int:
-        return self.compute_cycles + self.exchange_cycles + self.sync_cycles + self.link_cycles
-
-
-@dataclass(frozen=True, slots=True)
-class CollectiveCost:
-    kind: str
-    axes: tuple[str, ...]
-    group_size: int
-    bytes_per_ipu: int
-    cycles: int
-    op: str = ""
-    source: str = ""
-    why: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TileUsage:
-    """One of the fullest tiles at its peak: bytes in all, and its largest tensors."""
-
-    ipu: int
-    tile: int
-    bytes: int
-    tensors: tuple[tuple[int, str], ...]  # (bytes on this tile, what and where from)
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseCost:
-    """One phase of a phased program: its cycles (streaming not hidden by compute included),
-    the bytes it moves to and from streaming memory, and its fullest tile."""
-
-    name: str
-    cycles: int
-    streaming_bytes: int
-    peak_tile_bytes: int
-    compute_cycles: int = 0
-    stream_cycles: int = 0  # loading this phase's inputs and storing its outputs
-    overlapped_cycles: int = 0  # of those, hidden behind the previous phase's compute (IO tiles)
-    link_bytes: int = 0  # replicated tensor sharding: the rest of each weight, over IPU-Links
+# The report's records are the partitioner's own: a superstep of the schedule, a collective it
+# carries, a phase, a tile at its peak. `SuperstepCost` is the report's name for a superstep.
+SuperstepCost = Superstep
 
 
 _RECORDS = {
@@ -159,7 +118,7 @@ class CostReport:
             if f.name in _ARRAYS:
                 value = value.tolist()
             elif f.name in _RECORDS:
-                value = [dataclasses.asdict(r) for r in value]
+                value = [_figures(r) for r in value]
             out[f.name] = value
         return out
 
@@ -237,6 +196,11 @@ def _check_header(data: Any) -> None:
         )
 
 
+def _figures(record: Any) -> dict[str, Any]:
+    """A record's figures for the JSON: its fields that compare."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.compare}
+
+
 def _tuples(value: Any) -> Any:
     """JSON lists back into the tuples the records hold, at any depth."""
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
@@ -248,3 +212,34 @@ def _record(record: type, raw: Any) -> Any:
     names = [f.name for f in dataclasses.fields(record)]
     values = {k: _tuples(v) for k, v in raw.items() if k in names}
     return record(**values)
+
+
+def build_report(built: Built) -> CostReport:
+    """The report of what `partitioner.build` made: its step cost, its memory per tile (and the
+    IO tiles' streaming buffers), every IPU alike (SPMD)."""
+    mesh, cost, memory = built.mesh, built.cost, built.memory
+    target = mesh.target
+    io = io_tile_bytes(built.streams, target.io_tiles if built.plan is not None else 0)
+    tiles = np.concatenate([memory.total, io]).reshape(1, -1).astype(np.int64)
+    always = np.concatenate([memory.always_live, 0 * io]).reshape(1, -1).astype(np.int64)
+    return CostReport(
+        target=target.name,
+        system=mesh.system.name if mesh.ipus > 1 else "single IPU",
+        ipus=mesh.ipus,
+        tiles_per_ipu=target.tiles_per_ipu,
+        clock_hz=target.clock_hz,
+        bytes_per_tile=target.bytes_per_tile,
+        total_cycles=cost.total_cycles,
+        flops=cost.flops,
+        peak_flops_per_cycle=cost.peak_flops_per_cycle,
+        exchange_bytes=cost.exchange_bytes,
+        ipu_link_bytes=cost.link_bytes * mesh.ipus,
+        streaming_bytes=cost.streaming_bytes * mesh.ipus,
+        # Every IPU runs the same per-IPU program (SPMD), so every IPU's tiles hold the same.
+        tile_memory=np.repeat(tiles, mesh.ipus, axis=0),
+        always_live=np.repeat(always, mesh.ipus, axis=0),
+        supersteps=cost.supersteps,
+        collectives=cost.collectives,
+        phases=cost.phases,
+        top_tiles=fullest_tiles(memory, built.program, built.graph),
+    )

@@ -24,12 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from ipujax.devices import DevicePlan
-from lowering import Value
-from lowering.mesh_rules import local_mesh_axes
-from partitioner.partition import Partitioned
-from partitioner.program import Program, Task
-from partitioner.sharding import Sharding
+from ipujax.devices import DevicePlan, default_device, plan_devices
+from lowering import Value, local_mesh_axes
+from partitioner import Built, ConfigError, Partitioned, Program, Sharding, Task
 
 Array = Any
 
@@ -255,3 +252,29 @@ def _spread(
     )
     jitted = jax.jit(everything, donate_argnums=tuple(donate), in_shardings=ins, out_shardings=outs)
     return Runner(jitted, shardings=ins)
+
+
+def make_runner(
+    built: Built, donate: Sequence[int], devices: Sequence[jax.Device] | None
+) -> tuple[Runner, tuple[jax.Device, ...]]:
+    """The jitted runner of what `partitioner.build` made, and the real devices it uses: the
+    mesh spread over `devices` (by default every device jax sees) where its axes divide, else
+    one device."""
+    pool = tuple(jax.devices() if devices is None else devices)
+    if not pool:
+        raise ConfigError("devices is empty: give at least one jax device, or None for all")
+    mesh, program, partitioned = built.mesh, built.program, built.partitioned
+    spread = None
+    if partitioned is None:
+        run = compile_program(program, donate)
+    else:
+        spread = plan_devices(partitioned, mesh.axis_names, mesh.shape, pool)
+        run = compile_partitioned(program, partitioned, mesh.axis_names, mesh.shape, donate, spread)
+    if spread is not None:
+        return run, spread.devices
+    # One device: jax's default, unless the caller named another.
+    default = default_device()
+    device = default if devices is None else pool[0]
+    if device == default:
+        return run, (device,)
+    return dataclasses.replace(run, device=device), (device,)

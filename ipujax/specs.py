@@ -12,7 +12,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from partitioner.errors import ShardingError
+from partitioner import ShardingError
 
 
 def _is_spec_leaf(x: Any) -> bool:

@@ -7,6 +7,7 @@ exactly like `jax.jit`.
 
 Per-op behaviour lives in tables keyed by op name, each covering `VOCABULARY`: `IMPORT_RULES`
 (MLIR attributes), `SHAPE_RULES`, `EVAL_RULES` (jax.lax) and `COST_RULES` (FLOPs and bytes).
+The names below are the package's public face: later stages import only these.
 """
 
 from lowering.cost_rules import COST_RULES, OpCost, op_cost
@@ -18,20 +19,40 @@ from lowering.errors import (
     VerifyError,
 )
 from lowering.eval_rules import EVAL_RULES
-from lowering.evaluator import apply_rule, evaluate, interpret, run_op
+from lowering.evaluator import apply_rule, evaluate, flatten_args, interpret, run_op
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, producers, walk
 from lowering.locations import SourceLoc
+from lowering.mesh_rules import local_mesh_axes
+from lowering.regions import scatter_combiner
 from lowering.shape_rules import SHAPE_RULES, infer_types
 from lowering.verifier import verify
-from lowering.vocabulary import VOCABULARY
+from lowering.vocabulary import (
+    COLLECTIVES,
+    CONTRACTIONS,
+    CONTROL,
+    DATA_MOVEMENT,
+    ELEMENTWISE,
+    SHARD_OPS,
+    SOURCES,
+    STRUCTURED,
+    VOCABULARY,
+)
 
 __all__ = [
+    "COLLECTIVES",
+    "CONTRACTIONS",
+    "CONTROL",
     "COST_RULES",
+    "DATA_MOVEMENT",
+    "ELEMENTWISE",
     "EVAL_RULES",
     "IMPORT_RULES",
     "SHAPE_RULES",
+    "SHARD_OPS",
+    "SOURCES",
+    "STRUCTURED",
     "VOCABULARY",
     "Graph",
     "IpujaxError",
@@ -45,13 +66,16 @@ __all__ = [
     "apply_rule",
     "eliminate_dead_code",
     "evaluate",
+    "flatten_args",
     "free_values",
     "infer_types",
     "interpret",
+    "local_mesh_axes",
     "lower",
     "op_cost",
     "producers",
     "run_op",
+    "scatter_combiner",
     "verify",
     "walk",
 ]

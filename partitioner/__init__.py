@@ -1,7 +1,65 @@
-"""partitioner: from a lowered `Graph` to a per-tile BSP program (built in later issues).
+"""partitioner: from a lowered `Graph` on a mesh of IPUs to a per-tile BSP program, its tile
+memory and its cost.
 
-Its role in the pipeline, after `lowering` and before `ipujax`: propagate shardings over a mesh of
-IPUs, insert collectives over IPU axes, map every tensor onto tiles, split the program into
-phases, and schedule BSP supersteps (exchange -> sync -> compute). It may import `lowering`,
-never `ipujax`.
+    built = partitioner.build(graph, mesh, in_specs, out_specs, partitioner.Options(...))
+    built.program        # tasks of supersteps, each costed
+    built.memory         # bytes per tile by liveness
+    built.cost           # the step's supersteps, collectives, phases and totals
+
+Its role in the pipeline, after `lowering` and before `ipujax`: propagate shardings over a mesh
+of IPUs, insert collectives over IPU axes, map every tensor onto tiles, split the program into
+phases, schedule BSP supersteps (exchange -> sync -> compute), and cost them with the Target's
+numbers (`cost/`, docs/target.md). It may import `lowering`, never `ipujax`. The names below are
+its public face; `ipujax` imports nothing else from it.
 """
+
+from partitioner.cost.links import CollectiveCost, axis_traffic, ring_bytes
+from partitioner.cost.streaming import PhaseCost, io_tile_bytes
+from partitioner.cost.summary import StepCost
+from partitioner.errors import ConfigError, OutOfMemoryError, ShardingError
+from partitioner.explain import explain
+from partitioner.factor_rules import FACTOR_RULES
+from partitioner.memory import TileMemory, TileUsage, fullest_tiles
+from partitioner.mesh import SYSTEMS, Mesh, System, default_mesh, make_mesh
+from partitioner.partition import ForcedWhole, Partitioned
+from partitioner.pipeline import Built, Options, build
+from partitioner.printer import format_program
+from partitioner.program import Program, Superstep, Task
+from partitioner.sharding import Sharding, user_shardings
+from partitioner.target import Target
+from partitioner.tile_rules import TILE_RULES
+
+__all__ = [
+    "FACTOR_RULES",
+    "SYSTEMS",
+    "TILE_RULES",
+    "Built",
+    "CollectiveCost",
+    "ConfigError",
+    "ForcedWhole",
+    "Mesh",
+    "Options",
+    "OutOfMemoryError",
+    "Partitioned",
+    "PhaseCost",
+    "Program",
+    "Sharding",
+    "ShardingError",
+    "StepCost",
+    "Superstep",
+    "System",
+    "Target",
+    "Task",
+    "TileMemory",
+    "TileUsage",
+    "axis_traffic",
+    "build",
+    "default_mesh",
+    "explain",
+    "format_program",
+    "fullest_tiles",
+    "io_tile_bytes",
+    "make_mesh",
+    "ring_bytes",
+    "user_shardings",
+]

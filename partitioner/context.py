@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from lowering import Op, Value
+from partitioner.cost.links import LinkModel
 from partitioner.layout import Layout, linear_layout
-from partitioner.links import LinkModel
 from partitioner.target import Target
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lowering.errors import IpujaxError
+from lowering import IpujaxError
 
 
 class ShardingError(IpujaxError):

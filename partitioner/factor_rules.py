@@ -4,8 +4,10 @@ As in Shardy, an op's dimensions are grouped into factors: `(i,k),(k,j)->(i,j)` 
 i, j and k, and k is a reduction factor. Sharding a factor over mesh axes shards every dimension
 mapped to it; sharding a reduction factor leaves the results as partial sums over those axes. A
 dimension mapped to no factor (None) must be whole on every IPU for this op: the partitioner
-gathers it first. One rule per op of the vocabulary; ops without a rule of their own use
-`_replicated_factor_rule`, which asks for everything whole.
+gathers it first. `FACTOR_RULES` names a rule for every op of the vocabulary, with no default:
+an op added to the vocabulary without a decision here fails `tests/test_tables.py`. Ops whose
+dimensions do not split independently (yet) say so with `_replicated_factor_rule`, which asks
+for everything whole; the partitioner reports each tensor such an op gathers (`explain()`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lowering import VOCABULARY, Op
-from lowering.regions import scatter_combiner
-from lowering.vocabulary import ELEMENTWISE
+from lowering import COLLECTIVES, ELEMENTWISE, SHARD_OPS, Op, scatter_combiner
 from partitioner.sharding import Axes, Sharding
 
 Dims = tuple[int | None, ...]
@@ -377,31 +377,33 @@ def _reduce_window_factor_rule(op: Op) -> Factors:
     return Factors((dims,) * half + ((),) * half, (dims,) * half, shape, rule="reduce_window")
 
 
-_RULES: dict[str, FactorRule] = {
-    "dot_general": _dot_general_factor_rule,
-    "reduce": _reduce_factor_rule,
-    "transpose": _transpose_factor_rule,
+FACTOR_RULES: dict[str, FactorRule] = {
+    **dict.fromkeys(ELEMENTWISE, _elementwise_factor_rule),
+    "constant": _replicated_factor_rule,  # no operands; a constant is made on every IPU
+    "iota": _iota_factor_rule,
     "broadcast_in_dim": _broadcast_in_dim_factor_rule,
     "reshape": _reshape_factor_rule,
+    "transpose": _transpose_factor_rule,
     "slice": _slice_factor_rule,
-    "pad": _pad_factor_rule,
-    "reverse": _reverse_factor_rule,
-    "concatenate": _concatenate_factor_rule,
     "dynamic_slice": _dynamic_slice_factor_rule,
     "dynamic_update_slice": _dynamic_update_slice_factor_rule,
-    "iota": _iota_factor_rule,
+    "concatenate": _concatenate_factor_rule,
+    "pad": _pad_factor_rule,
+    "reverse": _reverse_factor_rule,
+    "gather": _gather_factor_rule,
+    "dot_general": _dot_general_factor_rule,
+    "reduce": _reduce_factor_rule,
+    "reduce_window": _reduce_window_factor_rule,
+    "scatter": _scatter_factor_rule,
     "sort": _sort_factor_rule,
     "top_k": _top_k_factor_rule,
-    "gather": _gather_factor_rule,
-    "scatter": _scatter_factor_rule,
-    "reduce_window": _reduce_window_factor_rule,
     "sharding_constraint": _identity_factor_rule,
     "optimization_barrier": _identity_factor_rule,
-}
-
-FACTOR_RULES: dict[str, FactorRule] = {
-    name: _RULES.get(
-        name, _elementwise_factor_rule if name in ELEMENTWISE else _replicated_factor_rule
-    )
-    for name in sorted(VOCABULARY)
+    # Not split across IPUs yet: each runs whole on every IPU, its operands gathered first.
+    "convolution": _replicated_factor_rule,
+    "select_and_scatter": _replicated_factor_rule,
+    "while": _replicated_factor_rule,
+    "case": _replicated_factor_rule,
+    # Ops the partitioner inserts into per-IPU programs; a global program has none.
+    **dict.fromkeys(COLLECTIVES | SHARD_OPS, _replicated_factor_rule),
 }

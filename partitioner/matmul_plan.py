@@ -4,7 +4,7 @@ PopLibs treats a matmul as a 1x1 convolution and splits its batch (B), rows (M),
 contraction (K) over tiles; a K split makes partial sums that further supersteps reduce across
 tiles, and a serial split of K runs a loop of smaller matmuls to save memory. It picks the split
 with the fewest estimated cycles whose temporaries fit `available_memory_proportion` of a tile
-(`shared/ipu_facts.md`, "How Poplar costs a BSP superstep"). This module does the same search,
+(docs/target.md, "Tile memory and mapping"). This module does the same search,
 with the cost formulas of the `Target`, so the plan is chosen by the cycles it will be charged.
 """
 
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from partitioner.cost.compute import matmul_cycles, vector_cycles
+from partitioner.cost.exchange import exchange_cycles
 from partitioner.target import Target
 
 
@@ -69,12 +71,12 @@ def _evaluate(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> Ma
     bb, mb, nb, kb = _ceil(p.batch, b), _ceil(p.rows, m), _ceil(p.cols, n), _ceil(p.depth, k)
     in_bytes = (bb * mb * kb + bb * kb * nb) * p.in_itemsize
     partial_bytes = bb * mb * nb * p.partial_itemsize
-    cycles = t.exchange_cycles(in_bytes) + t.sync_cycles
-    cycles += t.matmul_cycles(2 * bb * mb * nb * kb, p.in_dtype)
+    cycles = exchange_cycles(t, in_bytes) + t.sync_cycles
+    cycles += matmul_cycles(t, 2 * bb * mb * nb * kb, p.in_dtype)
     cycles += (serial - 1) * t.compute_set_overhead_cycles
     if k > 1:  # partials reduced on the output tiles: receive k blocks, add them up
-        cycles += t.exchange_cycles(k * partial_bytes) + t.sync_cycles
-        cycles += t.vector_cycles(k * bb * mb * nb, np.dtype(np.float32))
+        cycles += exchange_cycles(t, k * partial_bytes) + t.sync_cycles
+        cycles += vector_cycles(t, k * bb * mb * nb, np.dtype(np.float32))
     temp = in_bytes // serial + partial_bytes * (2 if k > 1 else 1)
     return MatmulPlan(b, m, n, k, serial, cycles, temp)
 

@@ -269,6 +269,34 @@ def largest_on_tile(
     return sorted(here, reverse=True)[:count]
 
 
+@dataclass(frozen=True, slots=True)
+class TileUsage:
+    """One of the fullest tiles at its peak: bytes in all, and its largest tensors."""
+
+    ipu: int
+    tile: int
+    bytes: int
+    tensors: tuple[tuple[int, str], ...]  # (bytes on this tile, what and where from)
+
+
+def fullest_tiles(
+    memory: TileMemory, program: Program, graph: Graph, count: int = 5
+) -> tuple[TileUsage, ...]:
+    """The `count` fullest tiles (of IPU 0: every IPU runs the same program), largest first."""
+    total = memory.total
+    fullest = np.argsort(-total, kind="stable")[:count]
+    producers = producers_of(program)
+    return tuple(
+        TileUsage(
+            0,
+            int(t),
+            int(total[t]),
+            tuple(largest_on_tile(memory, program, graph, int(t), producers=producers)),
+        )
+        for t in fullest
+    )
+
+
 def check_memory(
     memory: TileMemory, program: Program, graph: Graph, target: Target, ipu: int = 0
 ) -> None:

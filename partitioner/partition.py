@@ -29,6 +29,19 @@ from partitioner.propagation import Propagated
 from partitioner.sharding import Axes, Sharding
 
 
+@dataclass(frozen=True, slots=True)
+class ForcedWhole:
+    """An op that ran whole on every IPU and so gathered a tensor that was split."""
+
+    op: str
+    source: str
+    rule: str
+    tensor: str  # the split operand, with its type and sharding
+
+    def __str__(self) -> str:
+        return f"{self.op} at {self.source} ({self.rule} rule) gathered {self.tensor}"
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Partitioned:
     """The per-IPU program and the shardings of its inputs and outputs."""
@@ -40,6 +53,7 @@ class Partitioned:
     propagated: Propagated
     # The sharding of each per-IPU value the partitioner made for a global one.
     local_shardings: dict[Value, Sharding] = dataclasses.field(default_factory=dict)
+    forced_whole: tuple[ForcedWhole, ...] = ()
 
 
 # Ops that are sums of their operands' terms: applied to partial sums, a partial sum.
@@ -106,6 +120,7 @@ class _Partitioner:
         self.local: dict[Value, tuple[Value, Sharding]] = {}
         self.producers = producers(graph)
         self.resharded: dict[tuple[Value, Sharding], Value] = {}
+        self.forced: list[ForcedWhole] = []
 
     def operand(self, value: Value, want: Sharding, op: Op, why: str) -> Value:
         """`value` as `want` on this IPU, communicating once per value and sharding: a
@@ -152,7 +167,13 @@ class _Partitioner:
         in_shardings = tuple(self.local[v][1] for v in self.graph.inputs)
         local_shardings = {local: sharding for local, sharding in self.local.values()}
         return Partitioned(
-            local_graph, in_shardings, tuple(out_shardings), self.graph, self.prop, local_shardings
+            local_graph,
+            in_shardings,
+            tuple(out_shardings),
+            self.graph,
+            self.prop,
+            local_shardings,
+            tuple(self.forced),
         )
 
     def rewrite(self, op: Op) -> None:
@@ -263,6 +284,11 @@ class _Partitioner:
     def whole(self, op: Op, factors: Factors) -> None:
         """The op on whole operands, its results replicated on every IPU."""
         why = f"{op.name} at {op.loc} runs whole ({factors.rule} rule)"
+        for value in (*op.operands, *free_values_of(op)):
+            have = self.local[value][1]
+            if any(have.dims):
+                tensor = f"{value.type_str} {have}"
+                self.forced.append(ForcedWhole(op.name, str(op.loc), factors.rule, tensor))
         operands = [
             self.operand(v, Sharding.replicated(len(v.shape)), op, why) for v in op.operands
         ]

@@ -1,5 +1,5 @@
 """Phased execution: a program too large for the chip runs as a sequence of phases, its weights
-and optimizer state in streaming memory (`shared/ipu_facts.md`, "Phased execution").
+and optimizer state in streaming memory (docs/target.md, "Streaming memory and phases").
 
 Splitting (the passes, in order):
 - by name (`phases=["layer0", ...]`): a phase is a contiguous run of ops whose `jax.named_scope`
@@ -10,22 +10,19 @@ Splitting (the passes, in order):
   which keeps every producer before its consumers.
 - automatically (`phases="auto"`): program order is cut greedily so that the tensors a phase
   touches (loads and makes) stay within a quarter of the IPU's memory.
-Then streaming: an argument is loaded at the start of every phase that reads it, an output is
-stored at the end of the phase that makes it, and an activation read in a later phase is stored
-at the end of its own phase and loaded again where it is read. With a `dp` mesh axis,
-replicated tensor sharding keeps 1/dp of each replicated argument per replica in streaming memory
-and gathers the rest over IPU-Links when it is loaded.
+What phases stream, and what that costs, is `cost.streaming`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from lowering import Value
-from partitioner.links import ring_bytes
-from partitioner.memory import PhaseBounds, Storage
+from partitioner.errors import ConfigError
+from partitioner.memory import PhaseBounds, tile_memory
 from partitioner.program import Program, Task
 from partitioner.target import Target
 
@@ -138,96 +135,49 @@ def split_auto(program: Program, target: Target) -> PhasePlan:
     return PhasePlan(names, PhaseBounds(bounds))
 
 
-# ---- streaming ---------------------------------------------------------------------------
+def split_phases(program: Program, phases: Any, target: Target) -> tuple[Program, PhasePlan | None]:
+    """The `phases=` option: None (or "none") keeps one program on chip, "auto" cuts by bytes,
+    a list of `jax.named_scope` names cuts by scope."""
+    if phases is None or phases == "none":
+        return program, None
+    if phases == "auto":
+        return program, split_auto(program, target)
+    if isinstance(phases, (list, tuple)) and phases and all(isinstance(n, str) for n in phases):
+        try:
+            return split_by_names(program, phases)
+        except ValueError as error:
+            raise ConfigError(
+                f"phases={list(phases)}: {error}; wrap each phase's code in "
+                "jax.named_scope(name), or use phases='auto'"
+            ) from None
+    raise ConfigError(
+        f"phases={phases!r} is not understood; use None, 'auto' or a list of jax.named_scope names"
+    )
 
 
-@dataclass(frozen=True, slots=True)
-class PhaseStream:
-    """What one phase moves to and from streaming memory, per IPU."""
-
-    load_bytes: int
-    store_bytes: int
-    gather_bytes: int  # replicated tensor sharding, over IPU-Links
-
-
-def _rts_share(value: Value, replicas: int, replicated: set[Value]) -> int:
-    return value.nbytes // replicas if value in replicated else value.nbytes
-
-
-def streaming(
-    program: Program,
-    storages: Sequence[Storage],
-    plan: PhasePlan,
-    replicas: int = 1,
-    replicated: set[Value] | None = None,
-) -> list[PhaseStream]:
-    """Per phase: bytes loaded (arguments, streamed activations), stored (outputs, activations
-    read after the next phase) and gathered over IPU-Links (replicated tensor sharding)."""
-    replicated = replicated or set()
-    count = len(plan.bounds.bounds)
-    loads, stores, gathers = [0] * count, [0] * count, [0] * count
-    outputs = set(program.outputs)
-    inputs = set(program.inputs)
-    for s in storages:
-        phases = [plan.bounds.phase_of(a) for a, _ in s.spans]
-        if not phases:
-            continue
-        share = _rts_share(s.value, replicas, replicated)
-        is_input = s.value in inputs
-        loaded = phases if is_input else phases[1:]
-        for phase in loaded:
-            loads[phase] += share
-            if s.value in replicated and replicas > 1:
-                gathers[phase] += ring_bytes("all_gather", s.value.nbytes, replicas)[0]
-        if s.value in outputs or (len(phases) > 1 and not is_input):
-            stores[phases[0]] += share
-    return [PhaseStream(*t) for t in zip(loads, stores, gathers, strict=True)]
+def compute_target(target: Target, phases: Any) -> Target:
+    """The tiles that compute: a phased program keeps `io_tiles` of each IPU for streaming."""
+    if phases is None or not target.io_tiles:
+        return target
+    if target.io_tiles >= target.tiles_per_ipu:
+        raise ConfigError(
+            f"io_tiles={target.io_tiles} leaves no compute tiles of {target.tiles_per_ipu}; "
+            "use fewer IO tiles"
+        )
+    return target.with_tiles(target.tiles_per_ipu - target.io_tiles)
 
 
-def streaming_capacity_needed(
-    program: Program,
-    replicas: int,
-    replicated: set[Value],
-    storages: Sequence[Storage],
-    plan: PhasePlan,
-) -> int:
-    """The most bytes one IPU keeps in streaming memory at once: its share of every argument
-    and output (both, as if nothing were updated in place), plus the activations stored between
-    phases that are still to be loaded, at the phase where those peak."""
-    kept = set(program.inputs) | set(program.outputs)
-    resident = 0
-    count = len(plan.bounds.bounds)
-    stored = [0] * (count + 1)  # difference array over phases
-    for s in storages:
-        share = _rts_share(s.value, replicas, replicated)
-        if s.value in kept:
-            resident += share
-        elif len(s.spans) > 1:
-            first = plan.bounds.phase_of(s.spans[0][0])
-            last = plan.bounds.phase_of(s.spans[-1][0])
-            stored[first] += share
-            stored[last + 1] -= share
-    peak, running = 0, 0
-    for delta in stored[:count]:
-        running += delta
-        peak = max(peak, running)
-    return resident + peak
-
-
-def phase_summary(
-    plan: PhasePlan,
-    compute: Sequence[int],
-    streams: Sequence[PhaseStream],
-    target: Target,
-    link_cycles: Mapping[int, int],
-) -> list[tuple[int, int, int]]:
-    """(cycles, stream cycles, overlapped cycles) per phase. Without IO tiles a phase loads,
-    computes and stores in turn; with them, its loads and the previous phase's stores run
-    while the previous phase computes, so only what compute does not cover is exposed."""
-    out = []
-    for p, (work, stream) in enumerate(zip(compute, streams, strict=True)):
-        moving = target.streaming_cycles(stream.load_bytes + stream.store_bytes)
-        moving += link_cycles.get(p, 0)
-        hidden = min(moving, compute[p - 1]) if target.io_tiles and p > 0 else 0
-        out.append((work + moving - hidden, moving, hidden))
-    return out
+def phased_hint(program: Program, target: Target) -> str:
+    """Whether an unphased program that does not fit would fit in phases, with the figure."""
+    plan = split_auto(program, target)
+    phased = tile_memory(program, target, plan.bounds)
+    fullest = int(phased.total.max())
+    if fullest <= target.bytes_per_tile:
+        return (
+            f"It would fit in phases: with phases='auto' ({len(plan.names)} phases, weights in "
+            f"streaming memory) the fullest tile needs {fullest:,} bytes."
+        )
+    return (
+        f"Even with phases='auto' ({len(plan.names)} phases) the fullest tile would need "
+        f"{fullest:,} bytes: spread it over more IPUs."
+    )

@@ -3,44 +3,45 @@ report see it.
 
 A superstep is Poplar's unit of execution: an exchange (tiles receive the data they need), a sync
 and a compute set (every working tile runs its vertex). Its cycles are fixed at scheduling time
-from the `Target` formulas; nothing here is ever measured. A task is one op's work: the kernel
-that computes its results (tensors in logical order, see `tile_rules`), its operands' and
-results' layouts, and the temporaries it holds on tiles while it runs.
+by the formulas of `partitioner.cost`; nothing here is ever measured. A task is one op's work:
+the kernel that computes its results (tensors in logical order, see `tile_rules`), its
+operands' and results' layouts, and the temporaries it holds on tiles while it runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from lowering import Op, SourceLoc, Value
+from lowering import Op, Value
+from partitioner.cost.links import CollectiveCost
 from partitioner.layout import Layout
 
 
 @dataclass(frozen=True, slots=True)
 class Superstep:
-    """Exchange, sync, compute: what one step costs and which op and line it serves."""
+    """Exchange, sync, compute: what one step costs and which op and line it serves.
+
+    The cost report's supersteps are these records themselves. Its figures are the fields that
+    compare; where on the chip the step runs and the collective it carries are the schedule's
+    (memory and code are counted from them) and are not part of the report."""
 
     name: str
     op: str
-    loc: SourceLoc
+    source: str  # the user's file:line
     tiles: int  # tiles that compute, from `start`
-    start: int
     flops: int
     exchange_bytes: int  # bytes moved over the on-chip exchange, all tiles together
-    busiest_tile_bytes: int  # bytes the busiest tile receives
     compute_cycles: int
     exchange_cycles: int
     sync_cycles: int
     sync_group: str = "ipu"
-    # A collective over IPU-Links: bytes each IPU sends, the ring's cycles, route and reason.
-    link_bytes: int = 0
-    link_cycles: int = 0
-    kind: str = "compute"
-    axes: tuple[str, ...] = ()
-    route: str = ""
-    why: str = ""
+    link_cycles: int = 0  # a collective's ring over IPU-Links (GlobalExchange), or streaming
+    kind: str = "compute"  # or "collective", "stream"
+    start: int = field(default=0, compare=False)
+    busiest_tile_bytes: int = field(default=0, compare=False)  # bytes the busiest tile receives
+    collective: CollectiveCost | None = field(default=None, compare=False)
 
     @property
     def cycles(self) -> int:

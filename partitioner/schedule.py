@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from lowering import Graph, Op, Value, free_values, producers
 from partitioner.context import MappingContext
-from partitioner.links import LinkModel
+from partitioner.cost.links import LinkModel
 from partitioner.program import Program, Task
 from partitioner.target import Target
 from partitioner.tile_rules import TILE_RULES

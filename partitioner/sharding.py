@@ -10,11 +10,12 @@ where padding could change a result), never silently replicated.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
 
+from lowering import Graph, Value
 from partitioner.errors import ShardingError
 
 Axes = tuple[str, ...]
@@ -88,3 +89,26 @@ def _check_axes(dims: list[Axes], mesh: Mapping[str, int], spec: object, what: s
             f"{what}: PartitionSpec {spec} uses the axes {repeated} more than once; an axis "
             "can split only one dimension"
         )
+
+
+def user_shardings(
+    graph: Graph,
+    mesh: Mapping[str, int],
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+) -> tuple[dict[Value, Sharding], dict[int, Sharding]]:
+    """The user's specs as shardings of the graph's inputs and outputs (by output index),
+    checked against the mesh and each tensor's rank (on one IPU too, where every valid spec
+    means replication)."""
+    names = graph.input_names or tuple(f"argument {i}" for i in range(len(graph.inputs)))
+    inputs = {
+        value: from_spec(spec, len(value.shape), mesh, f"in_shardings for {name}")
+        for value, name, spec in zip(graph.inputs, names, in_specs, strict=True)
+        if spec is not None
+    }
+    outputs: dict[int, Sharding] = {
+        i: from_spec(spec, len(value.shape), mesh, f"out_shardings for output {i}")
+        for i, (value, spec) in enumerate(zip(graph.outputs, out_specs, strict=True))
+        if spec is not None
+    }
+    return inputs, outputs

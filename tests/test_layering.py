@@ -56,3 +56,97 @@ def test_checker_catches_a_violation(tmp_path: Path) -> None:
         f"{module}:3: imports ipujax.target",
         f"{module}:4: imports partitioner.x",
     ]
+
+
+# ---- the front doors: a later stage imports only an earlier package's public names ---------
+
+FRONT_DOORS = {
+    "ipujax": ("lowering", "partitioner"),
+    "partitioner": ("lowering",),
+}
+
+
+def private_imports(path: Path, packages: tuple[str, ...]) -> list[str]:
+    """Imports in `path` that reach past the public `__init__` of `packages`: a submodule, a
+    name outside the package's `__all__`, or an underscored name."""
+    import importlib
+
+    public = {p: set(importlib.import_module(p).__all__) for p in packages}
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top, _, rest = alias.name.partition(".")
+                if top in packages and rest:
+                    found.append(f"{where}:{node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            top, _, rest = node.module.partition(".")
+            if top not in packages:
+                continue
+            if rest:
+                found.append(f"{where}:{node.lineno}: from {node.module} import ...")
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") or alias.name not in public[top]:
+                    found.append(f"{where}:{node.lineno}: from {top} import {alias.name}")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FRONT_DOORS))
+def test_package_uses_only_public_names_of_earlier_stages(package: str) -> None:
+    paths = sorted((ROOT / package).rglob("*.py"))
+    bad = [v for path in paths for v in private_imports(path, FRONT_DOORS[package])]
+    assert not bad, f"{package} reaches past a front door:\n" + "\n".join(bad)
+
+
+def test_front_door_checker_catches_private_imports(tmp_path: Path) -> None:
+    source = (
+        "from partitioner import build\n"
+        "from partitioner import _private\n"
+        "from partitioner.memory import tile_memory\n"
+        "import partitioner.schedule\n"
+        "from partitioner import not_exported\n"
+    )
+    module = tmp_path / "module.py"
+    module.write_text(source, encoding="utf-8")
+    assert private_imports(module, ("partitioner",)) == [
+        f"{module}:2: from partitioner import _private",
+        f"{module}:3: from partitioner.memory import ...",
+        f"{module}:4: import partitioner.schedule",
+        f"{module}:5: from partitioner import not_exported",
+    ]
+
+
+# ---- no mesh axis name is special -------------------------------------------------------------
+
+
+def axis_name_literals(path: Path, name: str = "dp") -> list[str]:
+    """Places where `path` spells the axis name as a string: a string constant equal to it, or
+    the quoted name anywhere in the text (an f-string part, a comment)."""
+    text = path.read_text(encoding="utf-8")
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    found = [
+        f"{where}:{node.lineno}: the string {node.value!r}"
+        for node in ast.walk(ast.parse(text, filename=str(path)))
+        if isinstance(node, ast.Constant) and node.value == name
+    ]
+    for number, line in enumerate(text.splitlines(), 1):
+        if f'"{name}"' in line or f"'{name}'" in line:
+            found.append(f"{where}:{number}: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_no_module_spells_a_mesh_axis_name(package: str) -> None:
+    """Replica (data-parallel) axes are derived from the shardings, never found by name."""
+    paths = sorted((ROOT / package).rglob("*.py"))
+    bad = [v for path in paths for v in axis_name_literals(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_axis_name_checker_finds_the_name(tmp_path: Path) -> None:
+    module = tmp_path / "module.py"
+    module.write_text('a = mesh.get("dp", 1)\nb = "dpx"\n', encoding="utf-8")
+    assert len(axis_name_literals(module)) == 2  # the constant, and the quoted text

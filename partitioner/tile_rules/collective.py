@@ -1,5 +1,5 @@
 """Collectives over IPU-Links: a whole-tensor kernel whose superstep carries the ring's link
-bytes and cycles and syncs only its group."""
+cycles, syncs only its group, and records the collective for the report."""
 
 from __future__ import annotations
 
@@ -7,16 +7,10 @@ import dataclasses
 
 from lowering import Op, Value
 from partitioner.context import MappingContext
+from partitioner.cost.links import CollectiveCost, collective_buffer
 from partitioner.layout import Layout
 from partitioner.program import Task
 from partitioner.tile_rules.whole import whole_tensor_tile_rule
-
-
-def _collective_buffer(op: Op) -> int:
-    """The buffer the ring closed form is stated for (see partitioner.links.ring_bytes)."""
-    if op.name == "all_gather":
-        return op.results[0].nbytes
-    return op.operands[0].nbytes
 
 
 def collective_tile_rule(
@@ -26,18 +20,26 @@ def collective_tile_rule(
     if ctx.links is None:
         raise ValueError(f"{op.name} needs a mesh of IPUs to run on")
     axes = tuple(op.attrs["axes"])
-    cost = ctx.links.cost(op.name, axes, _collective_buffer(op))
+    ring = ctx.links.ring(op.name, axes, collective_buffer(op))
     (on_chip,) = task.supersteps
+    name = f"{op.name}({','.join(axes)})"
+    record = CollectiveCost(
+        kind=op.name,
+        axes=axes,
+        group_size=ctx.links.group(axes),
+        bytes_per_ipu=ring.bytes_per_ipu,
+        cycles=ring.link_cycles + ring.sync_cycles,
+        op=name,
+        source=on_chip.source,
+        why=f"{op.attrs.get('why', '')}; over {ring.route}",
+    )
     step = dataclasses.replace(
         on_chip,
-        name=f"{op.name}({','.join(axes)})",
-        sync_cycles=cost.sync_cycles,
+        name=name,
+        sync_cycles=ring.sync_cycles,
         sync_group="+".join(axes),
-        link_bytes=cost.bytes_per_ipu,
-        link_cycles=cost.link_cycles,
+        link_cycles=ring.link_cycles,
         kind="collective",
-        axes=axes,
-        route=cost.route,
-        why=str(op.attrs.get("why", "")),
+        collective=record,
     )
     return dataclasses.replace(task, supersteps=(step,))

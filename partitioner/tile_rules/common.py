@@ -8,6 +8,7 @@ from typing import Any
 
 from lowering import Op, Value
 from partitioner.context import MappingContext
+from partitioner.cost.exchange import exchange_cycles
 from partitioner.layout import Layout
 from partitioner.program import Superstep, Task
 from partitioner.target import Target
@@ -31,15 +32,15 @@ def make_step(
     return Superstep(
         name=f"{op.name}.{name}" if name else op.name,
         op=op.name,
-        loc=op.loc,
+        source=str(op.loc),
         tiles=tiles,
-        start=start,
         flops=flops,
         exchange_bytes=exchange_bytes,
-        busiest_tile_bytes=busiest_bytes,
         compute_cycles=compute_cycles,
-        exchange_cycles=target.exchange_cycles(busiest_bytes),
+        exchange_cycles=exchange_cycles(target, busiest_bytes),
         sync_cycles=target.sync_cycles,
+        start=start,
+        busiest_tile_bytes=busiest_bytes,
     )
 
 

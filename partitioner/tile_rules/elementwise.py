@@ -7,6 +7,7 @@ import dataclasses
 
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
+from partitioner.cost.compute import vector_cycles
 from partitioner.layout import Layout, free_move
 from partitioner.program import Superstep, Task
 from partitioner.tile_rules.common import Array, make_step, received_bytes, tile_share
@@ -76,7 +77,7 @@ def _elementwise_steps(
     flops = tile_share(cost.flops, result.size, block)
     special = tile_share(cost.transcendentals, result.size, block)
     dtype = op.operands[0].dtype if op.operands else result.dtype
-    cycles = ctx.target.vector_cycles(flops, dtype, special)
+    cycles = vector_cycles(ctx.target, flops, dtype, special)
     step = make_step(
         op,
         "",

@@ -12,6 +12,7 @@ from jax import lax
 
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
+from partitioner.cost.compute import matmul_cycles, vector_cycles
 from partitioner.layout import Layout, tile_bytes
 from partitioner.matmul_plan import plan_matmul
 from partitioner.program import Superstep, Task, TileBytes
@@ -85,7 +86,7 @@ def _dot_steps(
     lhs, rhs = op.operands
     received = tile_bytes(grid_l, lhs.dtype) + tile_bytes(grid_r, rhs.dtype)
     block_flops = 2 * math.prod(out.block) * grid_l.block[2]
-    compute = target.matmul_cycles(block_flops, lhs.dtype)
+    compute = matmul_cycles(target, block_flops, lhs.dtype)
     compute += (plan.serial - 1) * target.compute_set_overhead_cycles
     flops = op_cost(op).flops
     steps = [
@@ -109,7 +110,7 @@ def _dot_steps(
                 target,
                 tiles=out.tiles,
                 flops=plan.k * math.prod(out.block) * out.tiles,
-                compute_cycles=target.vector_cycles(plan.k * out.block_elements, partial),
+                compute_cycles=vector_cycles(target, plan.k * out.block_elements, partial),
                 busiest_bytes=partials,
                 exchange_bytes=partials * out.tiles,
             )

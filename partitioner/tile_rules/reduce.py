@@ -10,6 +10,8 @@ from jax import lax
 
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
+from partitioner.cost.compute import vector_cycles
+from partitioner.cost.exchange import exchange_cycles
 from partitioner.layout import Layout, free_move, tile_bytes
 from partitioner.program import Superstep, Task
 from partitioner.target import Target
@@ -26,10 +28,10 @@ def _reduce_split(rows: int, depth: int, itemsize: int, target: Target) -> tuple
     gq = 1
     while gq <= max(1, min(tiles // gp, depth)):
         pb, qb = -(-rows // gp), -(-depth // gq)
-        cycles = target.vector_cycles(pb * qb, np.dtype(np.float32))
+        cycles = vector_cycles(target, pb * qb, np.dtype(np.float32))
         if gq > 1:
-            cycles += target.exchange_cycles(gq * pb * itemsize) + target.sync_cycles
-            cycles += target.vector_cycles(gq * pb, np.dtype(np.float32))
+            cycles += exchange_cycles(target, gq * pb * itemsize) + target.sync_cycles
+            cycles += vector_cycles(target, gq * pb, np.dtype(np.float32))
         if best_cycles is None or cycles < best_cycles:
             best, best_cycles = (gp, gq), cycles
         gq *= 2
@@ -104,7 +106,7 @@ def _reduce_steps(
             target,
             tiles=grids[0].tiles,
             flops=op_cost(op).flops,
-            compute_cycles=target.vector_cycles(block, dtype),
+            compute_cycles=vector_cycles(target, block, dtype),
             busiest_bytes=received,
             exchange_bytes=received * grids[0].tiles,
         )
@@ -118,7 +120,7 @@ def _reduce_steps(
                 target,
                 tiles=outs[0].tiles,
                 flops=gq * outs[0].block_elements * outs[0].tiles,
-                compute_cycles=target.vector_cycles(gq * outs[0].block_elements, dtype),
+                compute_cycles=vector_cycles(target, gq * outs[0].block_elements, dtype),
                 busiest_bytes=partial,
                 exchange_bytes=partial * outs[0].tiles,
             )

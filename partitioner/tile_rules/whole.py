@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering import Op, Value, apply_rule, op_cost, walk
-from lowering.vocabulary import CONTRACTIONS
+from lowering import CONTRACTIONS, Op, Value, apply_rule, op_cost, walk
 from partitioner.context import MappingContext
+from partitioner.cost.compute import matmul_cycles, vector_cycles
 from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Task
 from partitioner.tile_rules.common import Array, make_step, received_bytes, tile_share
@@ -71,10 +71,10 @@ def _whole_tensor_steps(op: Op, outs: tuple[Layout, ...], ctx: MappingContext) -
     per_tile = tile_share(flops, elements, block)
     dtype = op.operands[0].dtype if op.operands else op.results[0].dtype
     if op.name in CONTRACTIONS:
-        compute = target.matmul_cycles(per_tile, dtype)
+        compute = matmul_cycles(target, per_tile, dtype)
     else:
         special = tile_share(cost.transcendentals, elements, block)
-        compute = target.vector_cycles(max(per_tile, block), dtype, special)
+        compute = vector_cycles(target, max(per_tile, block), dtype, special)
     step = make_step(
         op,
         "",

@@ -418,7 +418,7 @@ ALL_CASES = [
 
 def test_cases_exercise_whole_vocabulary():
     """Every op a jax program can lower to is exercised here; the collectives and shard ops,
-    which only the partitioner inserts, are exercised by tests/partition."""
+    which only the partitioner inserts, are exercised by tests/partitioner."""
     seen: set[str] = set()
     for c in ALL_CASES:
         if c.ops <= lowering.VOCABULARY:

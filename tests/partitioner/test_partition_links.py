@@ -1,4 +1,4 @@
-"""IPU-Link costs derived by hand from ipu_facts.md: link bandwidth x 0.85 over a bidirectional
+"""IPU-Link costs derived by hand from docs/target.md: link bandwidth x 0.85 over a bidirectional
 ring, 3,000 cycles per ring step, Gateway-Links beyond a Pod64, global sync of 15 ns per hop
 there and back with 1 + N/4 hops; where mesh axes sit among the physical IPUs."""
 
@@ -16,7 +16,8 @@ from jax.sharding import PartitionSpec as P
 from partition_helpers import collectives, compile_sharded, ffn, ffn_args, mesh
 
 import ipujax
-from partitioner.links import LinkModel, ring_bytes
+from partitioner.cost.exchange import global_sync_cycles
+from partitioner.cost.links import LinkModel, link_cycles, ring_bytes
 from partitioner.target import Target
 
 LINK = 128 * 2**30 // 8  # bytes/s each way per IPU-Link (128 x 2^30 bit/s)
@@ -45,12 +46,12 @@ def test_link_constants() -> None:
 def test_link_cycles_by_hand_examples() -> None:
     bow = Target.bow()  # 1.85 GHz
     # 1000 B: 1000 x 1.85e9 / (2 x 16 GiB/s x 0.85) = 63.3 -> 64 cycles, plus 2 steps x 3000.
-    assert bow.link_cycles(1000, 2, over_gateway=False) == 64 + 6000
+    assert link_cycles(bow, 1000, 2, over_gateway=False) == 64 + 6000
     # Over the Gateway: 1000 x 1.85e9 / 6.25e9 = 296 exactly.
-    assert bow.link_cycles(1000, 2, over_gateway=True) == 296 + 6000
+    assert link_cycles(bow, 1000, 2, over_gateway=True) == 296 + 6000
     # 1 MiB in one step: 2^20 x 1.85e9 / (2^35 x 0.85) = 66,420.6 -> 66,421.
-    assert bow.link_cycles(2**20, 1, over_gateway=False) == 66_421 + 3000
-    assert bow.link_cycles(0, 7, over_gateway=False) == 0  # nothing sent, nothing to wait for
+    assert link_cycles(bow, 2**20, 1, over_gateway=False) == 66_421 + 3000
+    assert link_cycles(bow, 0, 7, over_gateway=False) == 0  # nothing sent, nothing to wait for
 
 
 @pytest.mark.parametrize("bytes_", [1, 4, 768, 4096, 123_457, 10**7])
@@ -59,25 +60,25 @@ def test_link_cycles_by_hand_examples() -> None:
 def test_link_cycles_formula(bytes_: int, steps: int, gateway: bool) -> None:
     for target, clock in ((Target.bow(), 1_850_000_000), (Target.mk1(), 1_600_000_000)):
         expected = _hand_link_cycles(bytes_, steps, gateway, clock)
-        assert target.link_cycles(bytes_, steps, gateway) == expected
+        assert link_cycles(target, bytes_, steps, gateway) == expected
 
 
 @pytest.mark.parametrize("ipus,cycles", [(2, 48), (4, 96), (16, 240), (64, 816)])
-def test_global_sync_cycles_of_ipu_facts(ipus: int, cycles: int) -> None:
+def test_global_sync_cycles_by_hand(ipus: int, cycles: int) -> None:
     mk1 = Target.mk1()
     assert mk1.clock_hz == 1.6e9
-    assert mk1.global_sync_cycles(ipus) == cycles
+    assert global_sync_cycles(mk1, ipus) == cycles
     # The formula, not the table: twice the hop time, or twice the clock, twice the cycles.
     slower_hops = dataclasses.replace(mk1, global_sync_hop_seconds=30e-9)
     faster_clock = dataclasses.replace(mk1, clock_hz=3.2e9)
-    assert slower_hops.global_sync_cycles(ipus) == 2 * cycles
-    assert faster_clock.global_sync_cycles(ipus) == 2 * cycles
+    assert global_sync_cycles(slower_hops, ipus) == 2 * cycles
+    assert global_sync_cycles(faster_clock, ipus) == 2 * cycles
 
 
 def test_global_sync_hops_grow_every_four_ipus() -> None:
     mk1 = Target.mk1()
     # hops = 1 + N // 4; 48 cycles per hop at 1.6 GHz.
-    assert [mk1.global_sync_cycles(n) for n in (2, 3, 4, 7, 8, 128, 256)] == [
+    assert [global_sync_cycles(mk1, n) for n in (2, 3, 4, 7, 8, 128, 256)] == [
         48,
         48,
         96,
@@ -161,18 +162,18 @@ def test_route_boundaries() -> None:
         assert LinkModel.place({"x": n}, {}, Target.bow()).route(["x"]) == route
 
 
-def test_link_model_cost_over_the_gateway() -> None:
+def test_link_model_ring_over_the_gateway() -> None:
     bow = Target.bow()
     model = LinkModel.place({"a": 4, "b": 64}, {"a": 2, "b": 1}, bow)
-    cost = model.cost("all_reduce", ["b"], 4096)
+    cost = model.ring("all_reduce", ["b"], 4096)
     assert (cost.bytes_per_ipu, cost.steps) == (math.ceil(2 * 63 * 4096 / 64), 126)
     assert cost.route == GATEWAY_ROUTE
     assert cost.link_cycles == _hand_link_cycles(cost.bytes_per_ipu, 126, True, 1_850_000_000)
-    assert cost.sync_cycles == bow.global_sync_cycles(64)
-    inside = model.cost("all_gather", ["a"], 4096)
+    assert cost.sync_cycles == global_sync_cycles(bow, 64)
+    inside = model.ring("all_gather", ["a"], 4096)
     assert (inside.bytes_per_ipu, inside.steps, inside.route) == (3072, 3, MACHINE)
     assert inside.link_cycles == _hand_link_cycles(3072, 3, False, 1_850_000_000)
-    assert inside.sync_cycles == bow.global_sync_cycles(4)
+    assert inside.sync_cycles == global_sync_cycles(bow, 4)
 
 
 # ---- the report's collectives cost link cycles plus a global sync of their group -----------------
@@ -194,8 +195,8 @@ def _check_collective_cycles(compiled: ipujax.Compiled) -> list[str]:
         steps = 2 * (n - 1) if op.name == "all_reduce" else n - 1
         route = _route(cost.why)
         gateway = route == GATEWAY_ROUTE
-        link = target.link_cycles(cost.bytes_per_ipu, steps, gateway)
-        assert cost.cycles == link + target.global_sync_cycles(n)
+        link = link_cycles(target, cost.bytes_per_ipu, steps, gateway)
+        assert cost.cycles == link + global_sync_cycles(target, n)
         clock = int(target.clock_hz)
         assert link == _hand_link_cycles(cost.bytes_per_ipu, steps, gateway, clock)
         routes.append(route)

@@ -93,7 +93,7 @@ def test_streaming_cost_is_bytes_at_the_streaming_bandwidth():
     ws, x = _args()
     report = ipujax.jit(step, mesh=_mesh(), phases=NAMES).lower(ws, x).compile().cost_report()
     target = ipujax.Target.bow()
-    for p in report.phases:  # 16 GB/s per IPU (ipu_facts: PCIe Gen4 x8 bound), 1.85 GHz
+    for p in report.phases:  # 16 GB/s per IPU (docs/target.md: the PCIe Gen4 x8 bound), 1.85 GHz
         assert p.stream_cycles == -(-p.streaming_bytes * 1_850_000_000 // 16_000_000_000)
     assert target.streaming_bytes_per_second == 16e9
 

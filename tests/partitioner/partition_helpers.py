@@ -1,6 +1,6 @@
 """Shared helpers of the partitioner tests: small targets and meshes, the FFN the closed forms
-are stated for, the ring formulas of ipu_facts.md ("Systems"), and pairing each collective of the
-cost report with the per-IPU op it costs."""
+are stated for, the ring formulas of docs/target.md ("IPU-Links and systems"), and pairing each
+collective of the cost report with the per-IPU op it costs."""
 
 from __future__ import annotations
 
@@ -36,19 +36,6 @@ def compile_sharded(
 ) -> ipujax.Compiled:
     jitted = ipujax.jit(fun, mesh=the_mesh, in_shardings=in_shardings, out_shardings=out_shardings)
     return jitted.lower(*args).compile()
-
-
-def assert_trees_close(ours: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """Same pytree structure, shapes and dtypes; floats within tolerance, integers exact."""
-    assert jax.tree.structure(ours) == jax.tree.structure(expected)
-    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(expected), strict=True):
-        a, b = np.asarray(a), np.asarray(b)
-        assert a.shape == b.shape
-        assert a.dtype == b.dtype
-        if np.issubdtype(b.dtype, np.inexact):
-            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(a, b)
 
 
 # ---- the FFN of the closed forms -----------------------------------------------------------------

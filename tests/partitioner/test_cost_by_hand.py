@@ -1,7 +1,7 @@
 """Cost figures derived by hand from the Target's constants and the documented formulas.
 
-Every expected number is worked out in a comment from `shared/ipu_facts.md` and the formulas of
-`partitioner/target.py`; none is computed by calling the code path under test.
+Every expected number is worked out in a comment from docs/target.md and the formulas of
+`partitioner/cost/`; none is computed by calling the code path under test.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import pytest
 from helpers import BOW_BYTES_PER_TILE, compile_for, spec, target
 
 import ipujax
+from partitioner.cost.compute import matmul_cycles, vector_cycles, vector_elements_per_cycle
+from partitioner.cost.exchange import exchange_cycles
 from partitioner.matmul_plan import plan_matmul
 
 F16 = np.dtype(np.float16)
@@ -52,7 +54,7 @@ def test_mk1_preset_numbers() -> None:
 @pytest.mark.parametrize(
     ("preset", "half_tflops", "float_tflops"),
     [
-        # ipu_facts.md, "peak fp16 / fp32 per IPU": 124.5/31.1 (MK1), 250/62.5 (MK2), 350/87.5.
+        # docs/target.md, "Peak rates the presets imply": 124.5/31.1, 250/62.5, 350/87.5.
         ("mk1", 124.5, 31.1),
         ("mk2", 250.0, 62.5),
         ("bow", 350.0, 87.5),
@@ -98,43 +100,43 @@ def test_matmul_memory_budget() -> None:
 
 def test_exchange_cycles() -> None:
     t = ipujax.Target.bow()
-    assert t.exchange_cycles(0) == 0  # nothing moves: no exchange at all
-    assert t.exchange_cycles(-8) == 0
-    assert t.exchange_cycles(400) == 100 + 100  # 400 B / 4 B per cycle + 100 overhead
-    assert t.exchange_cycles(1) == 1 + 100  # ceil(1 / 4) = 1
-    assert t.exchange_cycles(5) == 2 + 100  # ceil(5 / 4) = 2
-    assert t.exchange_cycles(1024) == 256 + 100
+    assert exchange_cycles(t, 0) == 0  # nothing moves: no exchange at all
+    assert exchange_cycles(t, -8) == 0
+    assert exchange_cycles(t, 400) == 100 + 100  # 400 B / 4 B per cycle + 100 overhead
+    assert exchange_cycles(t, 1) == 1 + 100  # ceil(1 / 4) = 1
+    assert exchange_cycles(t, 5) == 2 + 100  # ceil(5 / 4) = 2
+    assert exchange_cycles(t, 1024) == 256 + 100
 
 
 def test_vector_cycles() -> None:
     t = ipujax.Target.bow()
     # 8 bytes per cycle: 2 f32 lanes, 4 f16 lanes, 8 int8 lanes, 1 f64 lane; + 60 overhead.
-    assert t.vector_cycles(64, F32) == 64 // 2 + 60
-    assert t.vector_cycles(64, F16) == 64 // 4 + 60
-    assert t.vector_cycles(64, np.dtype(np.int8)) == 64 // 8 + 60
-    assert t.vector_cycles(64, np.dtype(np.float64)) == 64 + 60
-    assert t.vector_cycles(5, F32) == 3 + 60  # ceil(5 / 2)
+    assert vector_cycles(t, 64, F32) == 64 // 2 + 60
+    assert vector_cycles(t, 64, F16) == 64 // 4 + 60
+    assert vector_cycles(t, 64, np.dtype(np.int8)) == 64 // 8 + 60
+    assert vector_cycles(t, 64, np.dtype(np.float64)) == 64 + 60
+    assert vector_cycles(t, 5, F32) == 3 + 60  # ceil(5 / 2)
     # 4 cycles per transcendental on top of the arithmetic.
-    assert t.vector_cycles(64, F32, transcendentals=64) == 32 + 64 * 4 + 60
-    assert t.vector_cycles(0, F32) == 60
+    assert vector_cycles(t, 64, F32, transcendentals=64) == 32 + 64 * 4 + 60
+    assert vector_cycles(t, 0, F32) == 60
 
 
 def test_vector_lanes() -> None:
     t = ipujax.Target.bow()
-    assert t.vector_elements_per_cycle(F32) == 2
-    assert t.vector_elements_per_cycle(F16) == 4
-    assert t.vector_elements_per_cycle(np.dtype(np.complex128)) == 1  # at least one per cycle
+    assert vector_elements_per_cycle(t, F32) == 2
+    assert vector_elements_per_cycle(t, F16) == 4
+    assert vector_elements_per_cycle(t, np.dtype(np.complex128)) == 1  # at least one per cycle
 
 
 def test_matmul_cycles() -> None:
     bow, mk1 = ipujax.Target.bow(), ipujax.Target.mk1()
     flops = 1000
-    assert bow.matmul_cycles(flops, F16) == math.ceil(1000 / 128) + 60 == 8 + 60
-    assert bow.matmul_cycles(flops, F32) == math.ceil(1000 / 32) + 60 == 32 + 60
-    assert mk1.matmul_cycles(flops, F16) == 16 + 60  # ceil(1000 / 64)
-    assert mk1.matmul_cycles(flops, F32) == 63 + 60  # ceil(1000 / 16) = 62.5 -> 63
+    assert matmul_cycles(bow, flops, F16) == math.ceil(1000 / 128) + 60 == 8 + 60
+    assert matmul_cycles(bow, flops, F32) == math.ceil(1000 / 32) + 60 == 32 + 60
+    assert matmul_cycles(mk1, flops, F16) == 16 + 60  # ceil(1000 / 64)
+    assert matmul_cycles(mk1, flops, F32) == 63 + 60  # ceil(1000 / 16) = 62.5 -> 63
     # bf16 is costed as f16 (2-byte inputs take the fast AMP path).
-    assert bow.matmul_cycles(flops, np.dtype(ml_dtypes.bfloat16)) == 8 + 60
+    assert matmul_cycles(bow, flops, np.dtype(ml_dtypes.bfloat16)) == 8 + 60
 
 
 # ---- whole programs on a 16-tile Bow ---------------------------------------------------------

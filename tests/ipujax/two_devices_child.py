@@ -5,7 +5,7 @@ programs, runs each on both devices and on one, and prints one JSON line of what
 Not a test module itself (pytest collects only test_*.py); run it by hand to see the figures:
 
     XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu PYTHONPATH=. \\
-        .venv/bin/python tests/runtime/two_devices_child.py
+        .venv/bin/python tests/ipujax/two_devices_child.py
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def example(batch: int = 16, width: int = 16, hidden: int = 32) -> tuple[dict, A
 def xla_figures(compiled: ipujax.Compiled, args: tuple) -> dict[str, Any]:
     """The XLA program the devices run: its partitions and each device's FLOPs."""
     flat = flatten_args(compiled.graph, args, {})
-    executable = compiled.built.run.lower(*flat).compile()
+    executable = compiled.run.lower(*flat).compile()
     match = re.search(r"num_partitions=(\d+)", executable.as_text())
     analysis = executable.cost_analysis()
     analysis = analysis[0] if isinstance(analysis, list) else analysis
@@ -96,7 +96,7 @@ def training_loop(mesh: ipujax.Mesh, specs: Any, args: tuple) -> dict[str, Any]:
     step = ipujax.jit(sgd_step, mesh=mesh, in_shardings=specs, donate_argnums=0)
     compiled = step.lower(*args).compile()
     first, _ = compiled(params, x, y)
-    wanted = compiled.built.run.shardings[: len(jax.tree.leaves(first))]  # params come first
+    wanted = compiled.run.shardings[: len(jax.tree.leaves(first))]  # params come first
     in_place = all(
         leaf.sharding == s for leaf, s in zip(jax.tree.leaves(first), wanted, strict=True)
     )
@@ -105,7 +105,7 @@ def training_loop(mesh: ipujax.Mesh, specs: Any, args: tuple) -> dict[str, Any]:
     return {
         "outputs_where_inputs_go": in_place,
         "donated_consumed": all(leaf.is_deleted() for leaf in jax.tree.leaves(first)),
-        "xla_compiles": compiled.built.run.jitted._cache_size(),
+        "xla_compiles": compiled.run.jitted._cache_size(),
         "max_diff_vs_jax_jit": max_difference((second, loss), expected),
     }
 

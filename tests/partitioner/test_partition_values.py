@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import assert_trees_close
 from jax.sharding import PartitionSpec as P
 from partition_helpers import (
-    assert_trees_close,
     collective_ops,
     compile_sharded,
     ffn,

@@ -1,9 +1,10 @@
 """Meshes of virtual IPUs and the systems that hold them.
 
 A mesh names axes over IPUs, as `jax.sharding.Mesh` names axes over devices. The IPUs belong to
-a Graphcore system, the smallest that holds them (`shared/ipu_facts.md`, "Systems"): an
-IPU-M2000 or Bow-2000 machine (4 IPUs), a Pod16 (4 machines), a Pod64 (16 machines, IPU-Link
-torus) or a Pod256 (4 Pod64s joined by Gateway-Links).
+a Graphcore system, the smallest that holds them (docs/target.md, "Systems"): an IPU-M2000 or
+Bow-2000 machine (4 IPUs), a Pod16 (4 machines), a Pod64 (16 machines, IPU-Link torus) or a
+Pod256 (4 Pod64s joined by Gateway-Links). The machine and Pod64 sizes are stated here once;
+routing collectives over the links (`cost.links`) reads them from the system.
 """
 
 from __future__ import annotations
@@ -15,20 +16,23 @@ from dataclasses import dataclass
 from partitioner.errors import ConfigError
 from partitioner.target import Target
 
+IPUS_PER_MACHINE = 4  # V: an IPU-M2000 or Bow-2000 holds 4 IPUs
+IPUS_PER_POD64 = 64  # V: 16 machines joined by IPU-Links
+
 
 @dataclass(frozen=True, slots=True)
 class System:
     name: str
     ipus: int
-    ipus_per_machine: int = 4
-    ipus_per_pod64: int = 64
+    ipus_per_machine: int = IPUS_PER_MACHINE
+    ipus_per_pod64: int = IPUS_PER_POD64
 
 
 SYSTEMS: tuple[System, ...] = (
-    System("IPU-M2000/Bow-2000", 4),
-    System("Pod16", 16),
-    System("Pod64", 64),
-    System("Pod256", 256),
+    System("IPU-M2000/Bow-2000", IPUS_PER_MACHINE),
+    System("Pod16", 4 * IPUS_PER_MACHINE),
+    System("Pod64", IPUS_PER_POD64),
+    System("Pod256", 4 * IPUS_PER_POD64),
 )
 
 

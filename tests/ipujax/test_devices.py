@@ -90,11 +90,11 @@ def test_one_device_runs_the_plain_vmaps() -> None:
     jitted = ipujax.jit(lambda x: x * 2, mesh=mesh, devices=jax.devices()[:1])
     compiled = jitted.lower(jax.numpy.ones(4)).compile()
     assert compiled.devices == (jax.devices()[0],)
-    assert compiled.built.run.shardings is None and compiled.built.run.device is None
+    assert compiled.run.shardings is None and compiled.run.device is None
     if jax.device_count() == 1:
         default = ipujax.jit(lambda x: x * 2, mesh=mesh).lower(jax.numpy.ones(4)).compile()
         assert default.devices == (jax.devices()[0],)
-        assert default.built.run.shardings is None
+        assert default.run.shardings is None
     one_ipu = ipujax.jit(lambda x: x * 2, devices=jax.devices()[:1]).lower(jax.numpy.ones(4))
     assert one_ipu.compile().devices == (jax.devices()[0],)
 

@@ -1,4 +1,4 @@
-"""Shared helpers of the runtime tests: small targets, meshes and abstract arguments."""
+"""Helpers shared by the test folders: small targets, meshes and abstract arguments."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 import ipujax
 
-BOW_BYTES_PER_TILE = 638_976  # ipu_facts.md: 624 KiB per tile on MK2 and Bow
+BOW_BYTES_PER_TILE = 638_976  # docs/target.md: 624 KiB per tile on MK2 and Bow
 BOW_TILES = 1472
 
 

@@ -1,7 +1,7 @@
-"""IPU-Link bytes against the ring closed forms of ipu_facts.md ("Systems"): an AllReduce sends
-2 (n-1)/n N bytes per participant for an N-byte buffer, AllGather and ReduceScatter (n-1)/n N
-(N the whole, gathered size). The FFN x [T, h] @ w1 [h, 4h] -> gelu -> @ w2 [4h, h] in f32
-(e = 4) under Megatron 1D, data parallelism and 2D tensor parallelism."""
+"""IPU-Link bytes against the ring closed forms of docs/target.md ("IPU-Links and systems"): an
+AllReduce sends 2 (n-1)/n N bytes per participant for an N-byte buffer, AllGather and
+ReduceScatter (n-1)/n N (N the whole, gathered size). The FFN x [T, h] @ w1 [h, 4h] -> gelu -> @
+w2 [4h, h] in f32 (e = 4) under Megatron 1D, data parallelism and 2D tensor parallelism."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from partition_helpers import (
 
 import ipujax
 from lowering import lower
-from partitioner.links import LinkModel
+from partitioner.cost.links import LinkModel, link_cycles
 from partitioner.partition import partition
 from partitioner.propagation import propagate_shardings
 from partitioner.schedule import schedule
@@ -176,8 +176,10 @@ def test_reduce_scatter_of_a_partial_sum_sends_the_missing_share(n: int) -> None
     links = LinkModel.place(sizes, {"dp": 1}, target())
     program = schedule(part.graph, target(), links)
     (step,) = [s for s in program.supersteps if s.kind == "collective"]
-    assert step.link_bytes == (n - 1) * T * 2 * H * F32 // n
-    assert step.link_cycles == target().link_cycles(step.link_bytes, n - 1, False)
+    assert step.collective is not None
+    sent = step.collective.bytes_per_ipu
+    assert sent == (n - 1) * T * 2 * H * F32 // n
+    assert step.link_cycles == link_cycles(target(), sent, n - 1, False)
 
 
 def test_row_parallel_output_split_by_rows_is_reduce_scattered() -> None:
