@@ -28,7 +28,8 @@ from partitioner import (
 )
 
 SCHEMA = "ipujax.cost_report"
-VERSION = 1
+VERSION = 2  # 2: phases record their loads, stores and kept bytes
+READABLE = (1, 2)  # a version-1 report reads with those phase fields zero
 
 
 # The report's records are the partitioner's own: a superstep of the schedule, a collective it
@@ -47,6 +48,10 @@ _ARRAYS = ("tile_memory", "always_live")
 
 @dataclass(frozen=True, eq=False)
 class CostReport:
+    """What one step of the program costs on the virtual system. Every IPU runs the same
+    per-IPU program, so cycles, FLOPs and on-chip exchange bytes are per IPU (each IPU's, all
+    alike); IPU-Link and streaming bytes are the whole system's."""
+
     target: str
     system: str
     ipus: int
@@ -54,11 +59,11 @@ class CostReport:
     clock_hz: float
     bytes_per_tile: int
     total_cycles: int
-    flops: int
-    peak_flops_per_cycle: int  # per IPU at the program's matmul precision, for utilisation
-    exchange_bytes: int
-    ipu_link_bytes: int
-    streaming_bytes: int
+    flops: int  # per IPU
+    peak_flops_per_cycle: int  # per tile at the program's matmul precision, for utilisation
+    exchange_bytes: int  # per IPU
+    ipu_link_bytes: int  # all IPUs
+    streaming_bytes: int  # all IPUs
     tile_memory: np.ndarray  # [ipus, tiles] peak bytes
     always_live: np.ndarray  # [ipus, tiles] always-live bytes
     supersteps: tuple[SuperstepCost, ...]
@@ -79,9 +84,32 @@ class CostReport:
         return self.peak_tile_bytes <= self.bytes_per_tile
 
     @property
+    def system_flops(self) -> int:
+        """FLOPs of all IPUs together in one step."""
+        return self.flops * self.ipus
+
+    @property
     def flop_utilisation(self) -> float:
-        peak = self.peak_flops_per_cycle * self.tiles_per_ipu * self.ipus * self.total_cycles
+        """FLOPs per IPU over what one IPU could do in the step's time: the same share for the
+        whole system, every IPU doing alike."""
+        peak = self.peak_flops_per_cycle * self.tiles_per_ipu * self.total_cycles
         return self.flops / peak if peak else 0.0
+
+    def time_split(self) -> dict[str, float]:
+        """The step's seconds by what they are spent on: compute sets, on-chip exchange, syncs
+        on one IPU, collectives over IPU-Links (their rings and group syncs), and streaming
+        memory (what compute does not hide)."""
+        split = dict.fromkeys(("compute", "exchange", "sync", "collectives", "streaming"), 0)
+        for s in self.supersteps:
+            split["compute"] += s.compute_cycles
+            split["exchange"] += s.exchange_cycles
+            if s.kind == "collective":
+                split["collectives"] += s.link_cycles + s.sync_cycles
+            elif s.kind == "stream":
+                split["streaming"] += s.link_cycles + s.sync_cycles
+            else:
+                split["sync"] += s.sync_cycles + s.link_cycles
+        return {k: v / self.clock_hz for k, v in split.items()}
 
     # ---- text ------------------------------------------------------------------------------
 
@@ -91,12 +119,15 @@ class CostReport:
             f"target          {self.target} x {self.ipus} ({self.system}), "
             f"{self.tiles_per_ipu:,} tiles/IPU at {self.clock_hz / 1e9:.3f} GHz",
             f"total cycles    {self.total_cycles:,} ({self.seconds * 1e3:.4f} ms)",
-            f"FLOPs           {self.flops:,} ({100 * self.flop_utilisation:.2f}% of peak)",
+            "time split      "
+            + ", ".join(f"{k} {v * 1e3:.4f} ms" for k, v in self.time_split().items()),
+            f"FLOPs per IPU   {self.flops:,} ({100 * self.flop_utilisation:.2f}% of peak); "
+            f"system {self.system_flops:,}",
             f"peak tile mem   {self.peak_tile_bytes:,} of {self.bytes_per_tile:,} bytes, "
             f"fits: {fits}",
-            f"exchange        {self.exchange_bytes:,} bytes on chip",
+            f"exchange        {self.exchange_bytes:,} bytes on chip per IPU",
             f"IPU-Links       {self.ipu_link_bytes:,} bytes; "
-            f"streaming {self.streaming_bytes:,} bytes",
+            f"streaming {self.streaming_bytes:,} bytes (all IPUs)",
             f"supersteps      {len(self.supersteps)}",
         ]
         lines += ["", "cycles by op:"]
@@ -189,10 +220,10 @@ def _check_header(data: Any) -> None:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ReportError(f"not an ipujax cost report: expected schema {SCHEMA!r}")
     version = data.get("version")
-    if isinstance(version, bool) or version != VERSION:
+    if isinstance(version, bool) or version not in READABLE:
         raise ReportError(
             f"cost report version {data.get('version')!r} is not supported; "
-            f"this ipujax reads version {VERSION}"
+            f"this ipujax reads versions {', '.join(map(str, READABLE))}"
         )
 
 

@@ -24,6 +24,7 @@ from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, producers, walk
 from lowering.locations import SourceLoc
+from lowering.loops import unroll_loops
 from lowering.mesh_rules import local_mesh_axes
 from lowering.regions import scatter_combiner
 from lowering.shape_rules import SHAPE_RULES, infer_types
@@ -76,6 +77,7 @@ __all__ = [
     "producers",
     "run_op",
     "scatter_combiner",
+    "unroll_loops",
     "verify",
     "walk",
 ]

@@ -51,8 +51,12 @@ def _candidates(size: int, tiles: int) -> list[int]:
     return sorted(found)
 
 
-def _serial_candidates(k_block: int) -> list[int]:
-    return [s for s in (1, 2, 4, 8, 16) if k_block % s == 0]
+_SERIAL = (1, 2, 4, 8, 16)
+_MORE_SERIAL = (32, 64, 128)  # when memory is short in a phase (`serialised`)
+
+
+def _serial_candidates(k_block: int, splits: tuple[int, ...] = _SERIAL) -> list[int]:
+    return [s for s in splits if k_block % s == 0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,4 +140,31 @@ def _stretched(problem: _Problem, plan: MatmulPlan, target: Target) -> MatmulPla
                 trial.cycles < best.cycles
             ):
                 best = trial
+    return best
+
+
+def serialised(
+    batch: int,
+    rows: int,
+    cols: int,
+    depth: int,
+    in_dtype: np.dtype,
+    partial_itemsize: int,
+    target: Target,
+    budget: int,
+) -> MatmulPlan:
+    """The planned split with K in more serial chunks, the fewest whose temporaries fit
+    `budget` bytes per tile (or the most there are): what PopLibs plans when given less
+    memory, keeping the output's layout, since the grid of tiles is unchanged."""
+    plan = plan_matmul(batch, rows, cols, depth, in_dtype, partial_itemsize, target)
+    problem = _Problem(
+        batch, rows, cols, depth, np.dtype(in_dtype).itemsize, partial_itemsize, np.dtype(in_dtype)
+    )
+    split = (plan.b, plan.m, plan.n, plan.k)
+    choices = _serial_candidates(_ceil(depth, plan.k), _SERIAL + _MORE_SERIAL)
+    best = plan
+    for serial in (s for s in choices if s > plan.serial):
+        best = _evaluate(problem, split, serial, target)
+        if best.temp_bytes_per_tile <= budget:
+            break
     return best

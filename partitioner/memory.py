@@ -12,14 +12,15 @@ and an estimate of code and vertex state from the Target. A tile over its budget
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from lowering import Graph, Op, Value
+from lowering import ELEMENTWISE, Graph, Op, Value
 from partitioner.errors import OutOfMemoryError
 from partitioner.layout import Layout, tile_bytes
-from partitioner.program import Program
+from partitioner.program import Program, Task
 from partitioner.target import Target
 
 
@@ -34,10 +35,11 @@ class Storage:
     layout: Layout
     spans: tuple[tuple[int, int], ...]
     always_live: bool
+    ways: int = 1  # held as a 1/ways shard (replicated tensor sharding's updates)
 
     @property
     def bytes_per_tile(self) -> int:
-        return tile_bytes(self.layout, self.value.dtype)
+        return -(-tile_bytes(self.layout, self.value.dtype) // self.ways)
 
     @property
     def first(self) -> int:
@@ -63,20 +65,62 @@ class TileMemory:
         return self.always_live + self.not_always_live + self.code
 
 
-def _roots(program: Program) -> dict[Value, Value]:
-    """Views share their source's storage: map every value to the value that owns its bytes."""
+def _roots(program: Program, phases: PhaseBounds | None) -> dict[Value, Value]:
+    """Map every value to the value that owns its bytes: views share their source's storage,
+    and an elementwise result overwrites an operand nothing reads afterwards (Poplar's in-place
+    ops) when the two have the same layout and bytes and were made in the same phase (and
+    neither is an argument or an output, which stream as themselves)."""
     root: dict[Value, Value] = {}
-    for task in program.tasks:
+    last = _last_reads(program)
+    members_last: dict[Value, int] = {}  # per owner, the last read of any value it holds
+    made: dict[Value, int] = {}
+    keep = set(program.inputs) | set(program.outputs)
+    phase_of = phases.phase_of if phases is not None else (lambda task: 0)
+    for index, task in enumerate(program.tasks):
         for result, alias in zip(task.op.results, task.aliases, strict=False):
             if alias is not None:
                 source = task.inputs[alias]
                 root[result] = root.get(source, source)
+        if _elementwise(task) and task.op.results[0] not in keep:
+            result = task.op.results[0]
+            for value in task.inputs:
+                owner = root.get(value, value)
+                if (
+                    owner not in keep
+                    and owner in made
+                    and members_last.get(owner, last.get(owner, -1)) <= index
+                    and phase_of(made[owner]) == phase_of(index)
+                    and owner.nbytes == result.nbytes
+                    and program.layouts.get(owner) == program.layouts.get(result)
+                ):
+                    root[result] = owner
+                    break
+        for value in task.op.results:
+            owner = root.get(value, value)
+            made.setdefault(owner, index)
+            members_last[owner] = max(members_last.get(owner, -1), last.get(value, index))
     return root
 
 
-def _uses(program: Program) -> tuple[dict[Value, int], dict[Value, list[int]], set[Value]]:
+def _elementwise(task: Task) -> bool:
+    return task.op.name in ELEMENTWISE and len(task.op.results) == 1 and not task.aliases
+
+
+def _last_reads(program: Program) -> dict[Value, int]:
+    last: dict[Value, int] = {}
+    for index, task in enumerate(program.tasks):
+        for value in task.inputs:
+            last[value] = index
+    for value in program.outputs:
+        last[value] = len(program.tasks)  # read by the host
+    return last
+
+
+def _uses(
+    program: Program, phases: PhaseBounds | None = None
+) -> tuple[dict[Value, int], dict[Value, list[int]], set[Value]]:
     """Each storage owner's defining task, the tasks that read it, and the constants."""
-    root = _roots(program)
+    root = _roots(program, phases)
     made: dict[Value, int] = {}
     reads: dict[Value, list[int]] = {}
     constants: set[Value] = set()
@@ -95,31 +139,42 @@ def _uses(program: Program) -> tuple[dict[Value, int], dict[Value, list[int]], s
 
 def _spans(first: int, uses: list[int], phases: PhaseBounds | None) -> tuple[tuple[int, int], ...]:
     """On chip from `first` to the last use; phased, only in the phases that use it, and from
-    the start of each such phase (a load) to its last use there. A program output is stored to
-    streaming memory at the end of the phase that makes it (the host's read is not a use)."""
+    the start of each such phase (a load) to its last use there. A value read after its phase
+    (by a later phase, or by the host: a program output) is stored to streaming memory at the
+    end of the phase that makes it, so it stays on chip until then."""
     end = max(uses, default=first)
     if phases is None:
         return ((first, end),)
+    made_phase = phases.phase_of(first)
     last_task = phases.bounds[-1][1] - 1
+    stored = any(u > last_task or phases.phase_of(u) != made_phase for u in uses)
     uses = [u for u in uses if u <= last_task]
     by_phase: dict[int, tuple[int, int]] = {}
     for task in [first, *uses]:
         phase = phases.phase_of(task)
         lo, hi = phases.bounds[phase]
-        start = task if task == first else lo
+        start = first if phase == made_phase else lo  # made here, or loaded at the start
         old = by_phase.get(phase)
         task = min(task, hi - 1)
         by_phase[phase] = (min(old[0], start), max(old[1], task)) if old else (start, task)
-    made_phase = phases.phase_of(first)
-    lo, hi = by_phase[made_phase]
-    by_phase[made_phase] = (lo, max(hi, phases.bounds[made_phase][1] - 1))  # stored at its end
+    if stored:
+        lo, hi = by_phase[made_phase]
+        by_phase[made_phase] = (lo, max(hi, phases.bounds[made_phase][1] - 1))
     return tuple(by_phase[p] for p in sorted(by_phase))
 
 
-def storages(program: Program, phases: PhaseBounds | None = None) -> tuple[Storage, ...]:
-    made, reads, constants = _uses(program)
+def storages(
+    program: Program,
+    phases: PhaseBounds | None = None,
+    kept: frozenset[Value] = frozenset(),
+    ways: Mapping[Value, int] | None = None,
+) -> tuple[Storage, ...]:
+    """Every owned tensor's storage; `kept` activations stay on chip from the task that makes
+    them to their last reader even across phases, and `ways` holds some as shards."""
+    made, reads, constants = _uses(program, phases)
     inputs = set(program.inputs)
     owners = {v for v in program.layouts if v in made or v in inputs}
+    ways = ways or {}
     found = []
     for value in owners:
         always = value in constants or (value in inputs and phases is None)
@@ -131,8 +186,8 @@ def storages(program: Program, phases: PhaseBounds | None = None) -> tuple[Stora
                 spans = ()
         else:
             first = made[value]
-            spans = _spans(first, reads.get(value, []), phases)
-        found.append(Storage(value, program.layouts[value], spans, always))
+            spans = _spans(first, reads.get(value, []), None if value in kept else phases)
+        found.append(Storage(value, program.layouts[value], spans, always, ways.get(value, 1)))
     return tuple(found)
 
 
@@ -147,11 +202,17 @@ class PhaseBounds:
         return max(0, min(bisect.bisect_right(self._starts, task) - 1, len(self.bounds) - 1))
 
 
-def tile_memory(program: Program, target: Target, phases: PhaseBounds | None = None) -> TileMemory:
+def tile_memory(
+    program: Program,
+    target: Target,
+    phases: PhaseBounds | None = None,
+    kept: frozenset[Value] = frozenset(),
+    ways: Mapping[Value, int] | None = None,
+) -> TileMemory:
     """Per-tile memory by a sweep over tasks: each storage is added when its span starts and
     removed after it ends; each task's temporaries count during that task only."""
     tiles = target.tiles_per_ipu
-    found = storages(program, phases)
+    found = storages(program, phases, kept, ways)
     always = np.zeros(tiles, np.int64)
     for s in found:
         if s.always_live:

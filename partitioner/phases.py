@@ -1,21 +1,37 @@
-"""Phased execution: a program too large for the chip runs as a sequence of phases, its weights
-and optimizer state in streaming memory (docs/target.md, "Streaming memory and phases").
+"""Phased execution, as PopXL runs Graphcore's GPT-3: a program too large for the chip runs as a
+sequence of phases, one forward and one backward phase per block, then optimizer phases, its
+weights and optimizer state in streaming memory (docs/phases.md).
 
-Splitting (the passes, in order):
-- by name (`phases=["layer0", ...]`): a phase is a contiguous run of ops whose `jax.named_scope`
-  path contains one of the names (a forward and a backward run of the same layer are two phases).
-  An op in no named scope joins the latest phase that makes one of its operands (an optimizer's
-  update of a layer's weights joins that layer's backward phase), or, if it reads only
-  arguments and constants, the first phase that reads it; tasks are reordered accordingly,
-  which keeps every producer before its consumers.
-- automatically (`phases="auto"`): program order is cut greedily so that the tensors a phase
-  touches (loads and makes) stay within a quarter of the IPU's memory.
+Splitting by name (`phases=["layer0", ...]`):
+- a task belongs to the block of the `jax.named_scope` it sits in, forward or backward: jax
+  names the backward ops of a scope `transpose(jvp(layer0))`. Every task of one block and
+  direction is one phase, wherever it sits in program order, so the micro-batches of an
+  unrolled gradient accumulation share their layer's phases (phase-major, as PopXL runs them).
+  Phases run in the order their blocks first appear; if that order would run a task before
+  something it reads (a scope reused further on), each contiguous run of a block is a phase.
+- a task in no named scope joins the latest phase that makes one of its operands. When that
+  phase comes after the last phase of the block the task belongs with (its home: the block of
+  its largest operand, e.g. a weight's update belongs with the weight's layer), the task goes to
+  that block's optimizer phase instead, after every backward phase: an optimizer that needs the
+  global gradient norm updates each layer in a phase of its own, as PopXL's does. Scalars stay
+  where they are made. Views and sources (broadcasts, iotas, constants), widening conversions
+  and tasks that read only arguments join their first reader's phase.
+
+Automatically (`phases="auto"`): the program's own named scopes, when it has any, are its
+blocks; a program with no scopes is cut where the fewest bytes cross between phases
+(`min_crossing_cuts`), each phase within a byte budget. Either way, a phase that does not fit
+the tile memory has its matmuls planned with less temporary memory, as a PopLibs user lowers
+`availableMemoryProportion`, and if it still does not fit it is cut where the fewest bytes
+cross (`_fitted`).
+
 What phases stream, and what that costs, is `cost.streaming`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +41,17 @@ from partitioner.errors import ConfigError
 from partitioner.memory import PhaseBounds, tile_memory
 from partitioner.program import Program, Task
 from partitioner.target import Target
+from partitioner.tile_rules.matmul import with_less_memory
 
-AUTO_SHARE = 0.25  # of an IPU's memory, for the streamed tensors of one phase
+AUTO_SHARE = 0.25  # of an IPU's memory: the bytes a phase touches, when cutting without scopes
+TINY_BYTES = 4096  # results this small (norms, scales) stay in the phase that makes them
+# Views and sources: Poplar makes them where they are read, so they run in their reader's phase.
+_FLOATING = frozenset({"broadcast_in_dim", "iota", "constant"})
+# Names in jax's name stack that are not the user's scopes.
+_JAX_NAMES = frozenset(
+    {"jvp", "transpose", "vmap", "checkpoint", "rematted_computation", "remat", "while", "body"}
+)
+FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,116 +60,405 @@ class PhasePlan:
     bounds: PhaseBounds
 
 
-# ---- splitting ---------------------------------------------------------------------------
+# ---- scopes ------------------------------------------------------------------------------------
+
+
+def _words(scope: str) -> list[str]:
+    """The user's scope names in a name-stack path, transformation wrappers opened
+    (`jit(step)/transpose(jvp(layer0))/dot_general` -> ["layer0"]); jit roots and the primitive
+    (the last element) are not scopes."""
+    parts = scope.split("/")[1:-1]
+    words = []
+    for part in parts:
+        if part.startswith(("jit(", "pjit(")):
+            continue
+        words += [w for w in re.split(r"[()]", part) if w and w not in _JAX_NAMES]
+    return words
+
+
+def _direction(scope: str) -> str:
+    return BACKWARD if "transpose(" in scope else FORWARD
+
+
+def scope_blocks(program: Program) -> list[str]:
+    """The program's own named scopes that are blocks: the outermost user scope of each task,
+    in order of first appearance."""
+    seen: dict[str, None] = {}
+    for task in program.tasks:
+        words = _words(task.op.loc.scope)
+        if words:
+            seen.setdefault(words[0], None)
+    return list(seen)
 
 
 def _label(task: Task, names: Sequence[str]) -> str | None:
-    """The named scope an op sits in. jax wraps scopes of derived code in transformation
-    names, `jvp(layer0)` and `transpose(jvp(layer0))`, so words are read inside those too."""
-    words = task.op.loc.scope.replace("(", "/").replace(")", "/").split("/")[1:]
+    words = _words(task.op.loc.scope)
     for name in names:
         if name in words:
             return name
     return None
 
 
+# ---- splitting by name -------------------------------------------------------------------------
+
+
+class _Keys:
+    """Phase keys (block, kind, run) in phase order, each with its index."""
+
+    def __init__(self, keys: Sequence[Any]) -> None:
+        self.keys = list(dict.fromkeys(keys))
+        self._at = {key: i for i, key in enumerate(self.keys)}
+
+    def index(self, key: Any) -> int:
+        """The key's phase, a new last phase for a key not seen before."""
+        if key not in self._at:
+            self._at[key] = len(self.keys)
+            self.keys.append(key)
+        return self._at[key]
+
+
 def split_by_names(program: Program, names: Sequence[str]) -> tuple[Program, PhasePlan]:
-    """One phase per contiguous run of a named scope; tasks reordered so unnamed ones join the
-    phase of their latest producer."""
-    run_of: list[int | None] = []
-    run_names: list[str] = []
-    for task in program.tasks:
-        label = _label(task, names)
-        if label is not None and (not run_names or run_names[-1] != label):
-            run_names.append(label)
-        run_of.append(len(run_names) - 1 if label is not None else None)
-    if not run_names:
+    """One phase per block and direction (phase-major), then optimizer phases; contiguous runs
+    when grouping would break the program's order. Tasks are reordered phase by phase."""
+    labels = [_label(task, names) for task in program.tasks]
+    if not any(labels):
         raise ValueError(f"no op is in a named scope called any of {list(names)}")
-    phase_of = _assign(program, run_of)
-    order = sorted(range(len(program.tasks)), key=lambda i: (phase_of[i], i))
-    tasks = tuple(program.tasks[i] for i in order)
-    bounds = _bounds([phase_of[i] for i in order], len(run_names))
-    titles = _titles(run_names)
-    return dataclasses.replace(program, tasks=tasks), PhasePlan(titles, PhaseBounds(bounds))
+    phase_of, keys = _assign(program, labels, contiguous=False)
+    if phase_of is None:
+        phase_of, keys = _assign(program, labels, contiguous=True)
+    assert phase_of is not None  # contiguous runs always keep the program's order
+    return _reordered(program, phase_of, [_title(k, keys) for k in keys])
 
 
-def _assign(program: Program, run_of: list[int | None]) -> list[int]:
-    """A phase per task: its named run. An unnamed task that reads what phased work makes joins
-    the latest of those phases (an optimizer update joins its layer's backward phase); one that
-    reads only arguments, constants and such floating work joins its first reader's phase (a
-    weight's transpose, a broadcast constant, join the layer that uses them)."""
+def _keys_in_order(labels: list[str | None], program: Program, contiguous: bool) -> list[Any]:
+    """Each named task's (block, direction, run) key."""
+    out: list[Any] = []
+    runs: dict[tuple[str, str], int] = {}
+    last: tuple[str, str] | None = None
+    for label, task in zip(labels, program.tasks, strict=True):
+        if label is None:
+            out.append(None)
+            continue
+        pair = (label, _direction(task.op.loc.scope))
+        if contiguous and pair != last:
+            runs[pair] = runs.get(pair, -1) + 1
+        last = pair
+        out.append((*pair, runs.get(pair, 0)))
+    return out
+
+
+def _assign(
+    program: Program, labels: list[str | None], contiguous: bool
+) -> tuple[list[int] | None, list[Any]]:
+    """Each task's phase index, or None when a task would run before what it reads."""
+    task_keys = _keys_in_order(labels, program, contiguous)
+    keys = _Keys(k for k in task_keys if k is not None)
+    named_phases = len(keys.keys)
+    homes = _homes(program, labels)
+    last_of = {key[0]: i for i, key in enumerate(keys.keys)}
     made_in: dict[Value, int] = {}
-    floating: set[Value] = set()
+    floating: set[Value] = set()  # results of tasks that run in their first reader's phase
+    sourced: set[Value] = set()  # of those, the ones made from arguments and constants only
     phase_of: list[int] = []
-    for task, run in zip(program.tasks, run_of, strict=True):
-        producers = [made_in[v] for v in task.inputs if v in made_in and v not in floating]
-        phase = max([run if run is not None else 0, *producers])
+    for task, key in zip(program.tasks, task_keys, strict=True):
+        earliest = max((made_in[v] for v in task.inputs if v in made_in), default=0)
+        if key is not None:
+            phase = keys.index(key)
+            if phase < earliest:
+                return None, keys.keys
+        elif _floats(task, made_in, sourced):
+            floating.update(task.op.results)
+            if all(v not in made_in or v in sourced for v in task.inputs):
+                sourced.update(task.op.results)
+            phase = earliest
+        else:
+            home = homes.get(task.op.results[0]) if task.op.results else None
+            phase = earliest
+            if home is not None and earliest > last_of[home] and not _tiny(task):
+                # It waits for a phase after its home block's last: its optimizer phase.
+                phase = max(keys.index((home, OPTIMIZER, 0)), earliest, named_phases)
         phase_of.append(phase)
         made_in.update(dict.fromkeys(task.op.results, phase))
-        if run is None and not producers:
-            floating.update(task.op.results)
+    _float_to_readers(program, phase_of, floating)
+    return phase_of, keys.keys
+
+
+def _floats(task: Task, made_in: dict[Value, int], sourced: set[Value]) -> bool:
+    """Views and sources, widening conversions (storing the narrower value streams less), and
+    tasks that read only arguments, constants and what is made from them alone: they run in
+    their first reader's phase."""
+    if task.op.name in _FLOATING or _widens(task):
+        return True
+    return all(v not in made_in or v in sourced for v in task.inputs)
+
+
+def _widens(task: Task) -> bool:
+    op = task.op
+    return op.name == "convert" and op.results[0].nbytes > op.operands[0].nbytes
+
+
+def _tiny(task: Task) -> bool:
+    return all(v.nbytes <= TINY_BYTES for v in task.op.results)
+
+
+def _homes(program: Program, labels: list[str | None]) -> dict[Value, str]:
+    """Each value's home block: a named task's results are its block's; an argument belongs to
+    the block that reads it first; an unnamed task's results to the home of its largest operand
+    that has one (a broadcast weighs what its source does: it is a view)."""
+    homes: dict[Value, str] = {}
+    weight: dict[Value, int] = {}
+    for task, label in zip(program.tasks, labels, strict=True):
+        if task.op.name == "broadcast_in_dim":
+            weight[task.op.results[0]] = weight.get(task.inputs[0], task.inputs[0].nbytes)
+        if label is not None:
+            for value in task.inputs:
+                homes.setdefault(value, label)
+            homes.update(dict.fromkeys(task.op.results, label))
+            continue
+        homed = [v for v in task.inputs if v in homes]
+        if homed:
+            biggest = max(homed, key=lambda v: weight.get(v, v.nbytes))
+            homes.update(dict.fromkeys(task.op.results, homes[biggest]))
+    return homes
+
+
+def _float_to_readers(program: Program, phase_of: list[int], floating: set[Value]) -> None:
+    """Floating tasks run in the first phase that reads them (never before their producers)."""
     readers: dict[Value, int] = {}
     for index in range(len(program.tasks) - 1, -1, -1):
         task = program.tasks[index]
         if task.op.results and task.op.results[0] in floating:
             later = [readers[v] for v in task.op.results if v in readers]
-            phase_of[index] = min(later, default=phase_of[index])
+            phase_of[index] = max(phase_of[index], min(later, default=phase_of[index]))
         for value in task.inputs:
             readers[value] = min(readers.get(value, phase_of[index]), phase_of[index])
-    return phase_of
 
 
-def _bounds(phase_of_sorted: list[int], phases: int) -> list[tuple[int, int]]:
-    bounds = []
-    start = 0
-    for phase in range(phases):
-        stop = start
-        while stop < len(phase_of_sorted) and phase_of_sorted[stop] == phase:
-            stop += 1
-        bounds.append((start, stop))
-        start = stop
-    return [b for b in bounds if b[1] > b[0]] or [(0, len(phase_of_sorted))]
+def _title(key: Any, keys: list[Any]) -> str:
+    block, kind, run = key
+    runs = sum(1 for k in keys if k[:2] == (block, kind))
+    title = block if kind == FORWARD else f"{block} ({kind})"
+    return f"{title} [{run + 1}]" if runs > 1 else title
 
 
-def _titles(run_names: list[str]) -> tuple[str, ...]:
-    seen: dict[str, int] = {}
-    titles = []
-    for name in run_names:
-        seen[name] = seen.get(name, 0) + 1
-        titles.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
-    return tuple(titles)
-
-
-def split_auto(program: Program, target: Target) -> PhasePlan:
-    """Greedy cuts in program order, keeping the tensors each phase touches (what it loads and
-    what it makes) within a share of the IPU's memory, the rest left for temporaries."""
-    budget = AUTO_SHARE * target.tiles_per_ipu * target.bytes_per_tile
+def _reordered(
+    program: Program, phase_of: list[int], titles: list[str]
+) -> tuple[Program, PhasePlan]:
+    """Tasks sorted by phase (program order within one), empty phases dropped."""
+    order = sorted(range(len(program.tasks)), key=lambda i: (phase_of[i], i))
+    tasks = tuple(program.tasks[i] for i in order)
     bounds: list[tuple[int, int]] = []
+    names: list[str] = []
     start = 0
-    touched: dict[Value, int] = {}
-    for index, task in enumerate(program.tasks):
-        values = [*task.inputs, *task.op.results]
-        new = {v: v.nbytes for v in values if v not in touched}
-        if touched and sum(touched.values()) + sum(new.values()) > budget:
-            bounds.append((start, index))
-            start, touched = index, {}
-            new = {v: v.nbytes for v in values}
-        touched.update(new)
-    bounds.append((start, len(program.tasks)))
-    names = tuple(f"phase {i}" for i in range(len(bounds)))
-    return PhasePlan(names, PhaseBounds(bounds))
+    sorted_phases = [phase_of[i] for i in order]
+    for phase, title in enumerate(titles):
+        stop = start
+        while stop < len(tasks) and sorted_phases[stop] == phase:
+            stop += 1
+        if stop > start:
+            bounds.append((start, stop))
+            names.append(title)
+        start = stop
+    plan = PhasePlan(tuple(names), PhaseBounds(bounds))
+    return dataclasses.replace(program, tasks=tasks), plan
 
 
-def split_phases(program: Program, phases: Any, target: Target) -> tuple[Program, PhasePlan | None]:
-    """The `phases=` option: None (or "none") keeps one program on chip, "auto" cuts by bytes,
-    a list of `jax.named_scope` names cuts by scope."""
+# ---- cutting where the fewest bytes cross ----------------------------------------------------
+
+
+def _views(program: Program) -> set[Value]:
+    """Broadcasts: views of their sources, never stored, so never counted as crossing."""
+    return {v for t in program.tasks if t.op.name == "broadcast_in_dim" for v in t.op.results}
+
+
+def _touches(task: Task, views: set[Value]) -> list[Value]:
+    return [v for v in (*task.inputs, *task.op.results) if v not in views]
+
+
+def _crossing(tasks: Sequence[Task], views: set[Value]) -> list[int]:
+    """crossing[c]: bytes of the values touched both before and at or after position c (an
+    activation stored and loaded, or an argument loaded twice) if a phase boundary sat there."""
+    first: dict[Value, int] = {}
+    last: dict[Value, int] = {}
+    for i, task in enumerate(tasks):
+        for value in _touches(task, views):
+            first.setdefault(value, i)
+            last[value] = i
+    delta = [0] * (len(tasks) + 1)
+    for value, a in first.items():
+        b = last[value]
+        if b > a:
+            delta[a + 1] += value.nbytes
+            delta[b + 1] -= value.nbytes
+    out, running = [], 0
+    for d in delta[:-1]:
+        running += d
+        out.append(running)
+    return out
+
+
+def min_crossing_cuts(
+    tasks: Sequence[Task], budget: float, penalty: int, views: set[Value]
+) -> list[int]:
+    """Cut points (task positions) that split `tasks` into runs each touching at most `budget`
+    bytes (a single task may touch more), minimising the bytes that cross the cuts plus
+    `penalty` per cut. Dynamic programming over positions with a sliding window: O(tasks)."""
+    n = len(tasks)
+    if n <= 1:
+        return []
+    crossing = _crossing(tasks, views)
+    best = [0] * (n + 1)
+    back = [0] * (n + 1)
+    counts: dict[Value, int] = {}
+    touched = 0
+    lo = 0
+    window: deque[int] = deque()  # candidate starts, by increasing best[s] + cost(s)
+
+    def cost(s: int) -> int:
+        return best[s] + (crossing[s] + penalty if s > 0 else 0)
+
+    for e in range(1, n + 1):
+        for value in _touches(tasks[e - 1], views):
+            counts[value] = counts.get(value, 0) + 1
+            touched += value.nbytes if counts[value] == 1 else 0
+        s_new = e - 1
+        while window and cost(window[-1]) >= cost(s_new):
+            window.pop()
+        window.append(s_new)
+        while touched > budget and lo < e - 1:
+            for value in _touches(tasks[lo], views):
+                counts[value] -= 1
+                if not counts[value]:
+                    del counts[value]
+                    touched -= value.nbytes
+            lo += 1
+        while window[0] < lo:
+            window.popleft()
+        back[e] = window[0]
+        best[e] = cost(window[0])
+    cuts = []
+    e = n
+    while e > 0:
+        e = back[e]
+        if e > 0:
+            cuts.append(e)
+    return sorted(cuts)
+
+
+def _penalty(target: Target) -> int:
+    """Bytes worth one more phase: what streaming moves during one transfer's latency."""
+    seconds = target.streaming_latency_cycles / target.clock_hz
+    return int(seconds * target.streaming_bytes_per_second)
+
+
+def split_auto(program: Program, target: Target) -> tuple[Program, PhasePlan]:
+    """The program's named scopes as blocks, a phase per block and direction; phases that do
+    not fit the tile memory, or a program without scopes, cut where the fewest bytes cross."""
+    blocks = scope_blocks(program)
+    if blocks:
+        program, plan = split_by_names(program, blocks)
+    else:
+        plan = PhasePlan(("phase 0",), PhaseBounds([(0, len(program.tasks))]))
+        budget = AUTO_SHARE * target.tiles_per_ipu * target.bytes_per_tile
+        plan = _cut(program, plan, {0: budget}, target)
+    return _fitted(program, plan, target)
+
+
+def _fitted(
+    program: Program, plan: PhasePlan, target: Target, rounds: int = 6
+) -> tuple[Program, PhasePlan]:
+    """Phases whose fullest tile is over budget fitted as a PopLibs user would: first their
+    matmuls re-planned with less temporary memory (K in more serial chunks, as a lower
+    `availableMemoryProportion` makes PopLibs plan), then, if still over, cut in two where the
+    fewest bytes cross, and again, until every phase fits or nothing helps."""
+    shrunk: set[int] = set()
+    views = _views(program)
+    for _ in range(rounds):
+        peaks = tile_memory(program, target, plan.bounds).phase_peaks
+        over = {
+            p: peak - target.bytes_per_tile
+            for p, peak in enumerate(peaks)
+            if peak > target.bytes_per_tile
+        }
+        if not over:
+            break
+        fresh = {p: excess for p, excess in over.items() if p not in shrunk}
+        if fresh:
+            program = _less_memory(program, plan, fresh, target)
+            shrunk.update(fresh)
+            continue
+        budgets = {
+            p: _touched_bytes(program.tasks[a:b], views) / 2
+            for p, (a, b) in enumerate(plan.bounds.bounds)
+            if p in over and b - a > 1
+        }
+        if not budgets:
+            break
+        plan = _cut(program, plan, budgets, target)
+        shrunk = {p for p in shrunk if p not in budgets}
+    return program, plan
+
+
+def _less_memory(
+    program: Program, plan: PhasePlan, excess: dict[int, int], target: Target
+) -> Program:
+    """The matmuls of the phases in `excess` re-planned with that much less temporary memory."""
+    tasks = list(program.tasks)
+    for p, over in excess.items():
+        a, b = plan.bounds.bounds[p]
+        for i in range(a, b):
+            task = tasks[i]
+            if task.op.name != "dot_general" or not task.temporaries:
+                continue
+            held = sum(t.bytes_per_tile for t in task.temporaries)
+            tasks[i] = with_less_memory(task, max(0, held - over), target)
+    return dataclasses.replace(program, tasks=tuple(tasks))
+
+
+def _touched_bytes(tasks: Sequence[Task], views: set[Value]) -> int:
+    return sum(v.nbytes for v in {v for task in tasks for v in _touches(task, views)})
+
+
+def _cut(
+    program: Program, plan: PhasePlan, budgets: dict[int, float], target: Target
+) -> PhasePlan:
+    """The phases in `budgets` cut, each into runs within its budget."""
+    views = _views(program)
+    bounds: list[tuple[int, int]] = []
+    names: list[str] = []
+    for p, ((a, b), name) in enumerate(zip(plan.bounds.bounds, plan.names, strict=True)):
+        if p not in budgets:
+            bounds.append((a, b))
+            names.append(name)
+            continue
+        cuts = min_crossing_cuts(program.tasks[a:b], budgets[p], _penalty(target), views)
+        edges = [a, *(a + c for c in cuts), b]
+        parts = list(zip(edges, edges[1:], strict=False))
+        bounds += parts
+        if len(parts) == 1:
+            names.append(name)
+        elif name.startswith("phase "):
+            names += [f"phase {len(names) + i}" for i in range(len(parts))]
+        else:
+            names += [f"{name} {i + 1}/{len(parts)}" for i in range(len(parts))]
+    if all(n.startswith("phase ") for n in names):
+        names = [f"phase {i}" for i in range(len(names))]
+    return PhasePlan(tuple(names), PhaseBounds(bounds))
+
+
+def split_phases(
+    program: Program, phases: Any, target: Target
+) -> tuple[Program, PhasePlan | None]:
+    """The `phases=` option: None (or "none") keeps one program on chip, "auto" finds blocks
+    and cuts, a list of `jax.named_scope` names cuts by scope."""
     if phases is None or phases == "none":
         return program, None
     if phases == "auto":
-        return program, split_auto(program, target)
+        return split_auto(program, target)
     if isinstance(phases, (list, tuple)) and phases and all(isinstance(n, str) for n in phases):
         try:
-            return split_by_names(program, phases)
+            program, plan = split_by_names(program, phases)
+            return _fitted(program, plan, target)
         except ValueError as error:
             raise ConfigError(
                 f"phases={list(phases)}: {error}; wrap each phase's code in "
@@ -156,20 +470,20 @@ def split_phases(program: Program, phases: Any, target: Target) -> tuple[Program
 
 
 def compute_target(target: Target, phases: Any) -> Target:
-    """The tiles that compute: a phased program keeps `io_tiles` of each IPU for streaming."""
-    if phases is None or not target.io_tiles:
+    """The tiles that compute: a phased program keeps its IO tiles for streaming."""
+    io = target.phase_io_tiles
+    if phases is None or phases == "none" or not io:
         return target
-    if target.io_tiles >= target.tiles_per_ipu:
+    if io >= target.tiles_per_ipu:
         raise ConfigError(
-            f"io_tiles={target.io_tiles} leaves no compute tiles of {target.tiles_per_ipu}; "
-            "use fewer IO tiles"
+            f"io_tiles={io} leaves no compute tiles of {target.tiles_per_ipu}; use fewer IO tiles"
         )
-    return target.with_tiles(target.tiles_per_ipu - target.io_tiles)
+    return target.with_tiles(target.tiles_per_ipu - io)
 
 
 def phased_hint(program: Program, target: Target) -> str:
     """Whether an unphased program that does not fit would fit in phases, with the figure."""
-    plan = split_auto(program, target)
+    program, plan = split_auto(program, target)
     phased = tile_memory(program, target, plan.bounds)
     fullest = int(phased.total.max())
     if fullest <= target.bytes_per_tile:

@@ -1,14 +1,21 @@
 """The partitioner's passes, in order, in one place: from a lowered graph on a mesh to the
 per-IPU BSP program with its memory and its cost.
 
+    unroll         (phased, or many IPUs) counted loops unrolled: a scan over micro-batches
+                   partitions like its body and runs phase-major
     partition      (mesh of many IPUs) user specs -> shardings -> propagation -> the per-IPU
                    program with collectives; verified when asked
-    place axes     mesh axes onto physical IPUs by the bytes their collectives move
+    place axes     mesh axes onto physical IPUs, the last axis innermost
     schedule       tile layouts, kernels and supersteps on the compute tiles
-    split phases   (phases=...) phases; tasks reordered for named phases
-    memory         per-tile bytes by liveness, phase-aware; OutOfMemoryError if over
     replicas       the replica axes, derived from the shardings (or given)
-    streaming      per-phase loads, stores and replicated tensor sharding's gathers
+    split phases   (phases=...) a forward and a backward phase per block, optimizer phases;
+                   tasks reordered phase by phase
+    shard          (phased, many IPUs) replicated tensor sharding: streamed tensors split over
+                   the axes they are replicated over, gradients reduce-scattered, updates on
+                   shards
+    memory         per-tile bytes by liveness, phase-aware; activations that fit stay on chip;
+                   OutOfMemoryError if over
+    streaming      per-phase loads, stores and gathers; streaming memory's capacity
     cost           the step's supersteps, collectives, phases and totals
 
 Each pass is a pure function of what the earlier ones made. `ipujax` calls `build`, then builds
@@ -23,12 +30,13 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from lowering import Graph, verify
-from partitioner.cost.links import LinkModel, axis_traffic
+from lowering import Graph, unroll_loops, verify
+from partitioner.cost.links import LinkModel
 from partitioner.cost.streaming import (
     PhaseStream,
-    Replicas,
+    capacity_needed,
     check_capacity,
+    keep_on_chip,
     phase_costs,
     phase_streams,
 )
@@ -40,7 +48,8 @@ from partitioner.partition import Partitioned, partition
 from partitioner.phases import PhasePlan, compute_target, phased_hint, split_phases
 from partitioner.program import Program
 from partitioner.propagation import propagate_shardings
-from partitioner.replicas import check_replica_axes, derive_replica_axes, replicas_of
+from partitioner.replicas import check_replica_axes, derive_replica_axes, varying_axes
+from partitioner.rts import Sharded, shard_phases, unsharded
 from partitioner.schedule import schedule
 from partitioner.sharding import user_shardings
 from partitioner.target import Target
@@ -72,6 +81,7 @@ class Built:
     replica_axes: tuple[str, ...]
     streams: tuple[PhaseStream, ...]
     cost: StepCost
+    kept: frozenset = frozenset()  # activations kept on chip across phases
 
 
 def partition_program(
@@ -88,11 +98,10 @@ def partition_program(
 
 
 def place_axes(partitioned: Partitioned | None, mesh: Mesh) -> LinkModel | None:
-    """Mesh axes onto physical IPUs, the busiest innermost."""
+    """Mesh axes onto physical IPUs in the mesh's order, the last axis innermost."""
     if partitioned is None:
         return None
-    traffic = axis_traffic(partitioned.graph)
-    return LinkModel.place(mesh.shape, traffic, mesh.target, mesh.system)
+    return LinkModel.place(mesh.shape, mesh.target, mesh.system)
 
 
 def replica_axes_of(
@@ -118,19 +127,35 @@ def check_fits(
         raise OutOfMemoryError(f"{error}\n{phased_hint(program, target)}") from None
 
 
-def stream_phases(
+def shard(
     program: Program,
     plan: PhasePlan | None,
-    memory: TileMemory,
-    replicas: Replicas,
-    target: Target,
-    check: bool,
-) -> tuple[PhaseStream, ...]:
+    partitioned: Partitioned | None,
+    mesh: Mesh,
+    axes: Sequence[str],
+    links: LinkModel | None,
+) -> Sharded:
+    """Replicated tensor sharding of a phased program on many IPUs."""
+    if plan is None or partitioned is None or links is None:
+        return unsharded(program)
+    varying = varying_axes(partitioned.graph, partitioned.input_shardings)
+    return shard_phases(program, varying, mesh.shape, axes, links)
+
+
+def phased_memory(
+    program: Program, plan: PhasePlan | None, sharded: Sharded, target: Target
+) -> tuple[TileMemory, frozenset]:
+    """Tile memory; phased, with the activations that fit kept on chip across phases."""
     if plan is None:
-        return ()
-    if check:
-        check_capacity(program, memory.storages, plan.bounds, replicas, target)
-    return phase_streams(program, memory.storages, plan.bounds, replicas)
+        return tile_memory(program, target), frozenset()
+    ways = dict.fromkeys(sharded.shard_values, sharded.replicas)
+    first = tile_memory(program, target, plan.bounds, ways=ways)
+    kept = keep_on_chip(
+        program, first.storages, plan.bounds, first.phase_peaks, target.bytes_per_tile
+    )
+    if not kept:
+        return first, kept
+    return tile_memory(program, target, plan.bounds, kept, ways), kept
 
 
 def cost_step(
@@ -138,7 +163,6 @@ def cost_step(
     plan: PhasePlan | None,
     memory: TileMemory,
     streams: Sequence[PhaseStream],
-    replicas: Replicas,
     target: Target,
 ) -> StepCost:
     if plan is None:
@@ -147,7 +171,7 @@ def cost_step(
         sum(step.cycles for task in program.tasks[a:b] for step in task.supersteps)
         for a, b in plan.bounds.bounds
     ]
-    phases = phase_costs(plan.names, compute, streams, memory.phase_peaks, target, replicas)
+    phases = phase_costs(plan.names, compute, streams, memory.phase_peaks, target)
     return step_cost(program, plan.bounds, phases, target)
 
 
@@ -160,6 +184,8 @@ def build(
 ) -> Built:
     """The per-IPU program of `graph` on `mesh`, scheduled, phased, its memory checked and its
     cost summed."""
+    if options.phases is not None or mesh.ipus > 1:
+        graph = unroll_loops(graph)
     partitioned = None
     local = graph
     if mesh.ipus > 1:
@@ -170,12 +196,20 @@ def build(
     links = place_axes(partitioned, mesh)
     target = compute_target(mesh.target, options.phases)
     program = schedule(local, target, links)
+    axes = replica_axes_of(partitioned, mesh, options.replica_axes)
     program, plan = split_phases(program, options.phases, target)
-    memory = tile_memory(program, target, plan.bounds if plan else None)
+    sharded = shard(program, plan, partitioned, mesh, axes, links)
+    program = sharded.program
+    memory, kept = phased_memory(program, plan, sharded, target)
     if options.check_memory:
         check_fits(memory, program, local, target, plan is not None)
-    axes = replica_axes_of(partitioned, mesh, options.replica_axes)
-    replicas = replicas_of(partitioned, axes, mesh.shape)
-    streams = stream_phases(program, plan, memory, replicas, mesh.target, options.check_memory)
-    cost = cost_step(program, plan, memory, streams, replicas, target)
-    return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost)
+    streams: tuple[PhaseStream, ...] = ()
+    if plan is not None:
+        if options.check_memory:
+            needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept)
+            check_capacity(needed, mesh.target)
+        streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links)
+    cost = cost_step(program, plan, memory, streams, target)
+    return Built(
+        mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept
+    )

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lowering import Graph, Value
-from partitioner.cost.streaming import Replicas
+from lowering import COLLECTIVES, SHARD_OPS, Graph, Op, Value, free_values
 from partitioner.errors import ConfigError
-from partitioner.partition import Partitioned
 from partitioner.sharding import Sharding
 
 
@@ -47,25 +45,38 @@ def check_replica_axes(axes: Sequence[str], mesh: Mapping[str, int]) -> tuple[st
     return axes
 
 
-def replicated_tensors(partitioned: Partitioned, axes: Sequence[str]) -> frozenset[Value]:
-    """Per-IPU tensors replicated over every replica axis (weights, optimizer state, reduced
-    gradients): replicated tensor sharding keeps 1/replicas of each in streaming memory."""
-    graph = partitioned.graph
-    pairs = [
-        *zip(graph.inputs, partitioned.input_shardings, strict=True),
-        *zip(graph.outputs, partitioned.output_shardings, strict=True),
-        *partitioned.local_shardings.items(),
-    ]
-    return frozenset(v for v, sharding in pairs if not set(axes) & sharding.axes)
+# Ops after which a value differs across the IPUs of their axes, or agrees across them.
+_SPLITTING = SHARD_OPS | {"reduce_scatter", "all_to_all"}
+_JOINING = COLLECTIVES - _SPLITTING
 
 
-def replicas_of(
-    partitioned: Partitioned | None, axes: Sequence[str], mesh: Mapping[str, int]
-) -> Replicas:
-    """Replicated tensor sharding over `axes`: the replica count and the tensors it applies to."""
-    if partitioned is None or not axes:
-        return Replicas()
-    count = 1
-    for axis in axes:
-        count *= mesh[axis]
-    return Replicas(count, replicated_tensors(partitioned, axes))
+def varying_axes(graph: Graph, input_shardings: Sequence[Sharding]) -> dict[Value, frozenset[str]]:
+    """For every value of a per-IPU program, the mesh axes over which its IPUs hold different
+    data (shard_map's notion of a varying value): an input varies over the axes that split it,
+    an all-reduce or all-gather makes its result agree over its axes, a shard op or
+    reduce-scatter makes it differ, and any other op varies where its inputs do. A value is
+    replicated over every other axis of the mesh."""
+    varying: dict[Value, frozenset[str]] = {
+        v: frozenset(s.axes) for v, s in zip(graph.inputs, input_shardings, strict=True)
+    }
+    for op in graph.ops:
+        reads = [*op.operands, *_captured(op)]
+        inherited = frozenset().union(*(varying.get(v, frozenset()) for v in reads))
+        axes = frozenset(op.attrs.get("axes", ())) if op.name in COLLECTIVES | SHARD_OPS else None
+        if axes is not None and op.name in _JOINING:
+            inherited -= axes
+        elif axes is not None:
+            inherited |= axes
+        varying.update(dict.fromkeys(op.results, inherited))
+    return varying
+
+
+def _captured(op: Op) -> list[Value]:
+    return [v for region in op.regions for v in free_values(region)]
+
+
+def replicated_over(
+    varying: Mapping[Value, frozenset[str]], values: Sequence[Value], axes: Sequence[str]
+) -> frozenset[Value]:
+    """The values among `values` that agree across every IPU of `axes`."""
+    return frozenset(v for v in values if not set(axes) & varying.get(v, frozenset()))

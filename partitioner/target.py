@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+DEFAULT_IO_TILES = 128  # C: PopXL's GPT-3 175B on a Pod256 (docs/target.md)
+
 
 @dataclass(frozen=True, slots=True)
 class Target:
@@ -57,12 +59,14 @@ class Target:
     # -- Exchange and sync, across IPUs: 15 ns per hop there and back, hops = 1 + N/4 for N
     # IPUs (C: PopLibs' multi-IPU model; A: applied to Pods).
     global_sync_hop_seconds: float = 15e-9
-    # -- Streaming memory, host and phases: bandwidth bounded by PCIe Gen4 x8 per IPU (D),
-    # 128 GB per 4-IPU machine (S); IO tiles that stream while the others compute (A: none by
-    # default; PopXL's GPT-3 used 128).
+    # -- Streaming memory, host and phases: bandwidth bounded by PCIe Gen4 x8 per IPU, each way
+    # at once (D), 128 GB per 4-IPU machine (S), a fixed latency per transfer (A). IO tiles
+    # stream while the others compute: None is PopXL's GPT-3 choice, 128, but at most an eighth
+    # of the tiles (a cut-down test chip keeps most tiles computing); 0 turns them off.
     streaming_bytes_per_second: float = 16e9
     streaming_bytes_per_ipu: int = 32 * 10**9
-    io_tiles: int = 0
+    io_tiles: int | None = None
+    streaming_latency_cycles: int = 3000
 
     def __post_init__(self) -> None:
         if self.tiles_per_ipu < 1 or self.bytes_per_tile < 1 or self.clock_hz <= 0:
@@ -97,6 +101,13 @@ class Target:
 
     def with_tiles(self, tiles: int) -> Target:
         return replace(self, tiles_per_ipu=tiles)
+
+    @property
+    def phase_io_tiles(self) -> int:
+        """The tiles of each IPU that stream in a phased program."""
+        if self.io_tiles is None:
+            return min(DEFAULT_IO_TILES, self.tiles_per_ipu // 8)
+        return self.io_tiles
 
     @property
     def matmul_memory_budget(self) -> int:

@@ -14,6 +14,8 @@ Laid out for tensor parallelism (see `sharding.py`):
   through attention, so every head's work stays on the IPU that holds its weights.
 - Each block runs under `jax.named_scope(f"layer{i}")`, the names `train.py --phases layer`
   passes to `ipujax.jit(phases=...)`.
+- `Config.dtype` is the parameters' and activations' type (float32 by default; float16 as
+  Graphcore trained GPT-3); the optimizer's moments are float32 whatever it is.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Config:
     d_model: int = 64
     heads: int = 4
     mlp_ratio: int = 4
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:
@@ -50,7 +53,7 @@ class Config:
     def d_ff(self) -> int:
         return self.mlp_ratio * self.d_model
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -64,6 +67,10 @@ def layer_names(config: Config) -> list[str]:
 
 def _norm(d: int) -> Params:
     return {"scale": jnp.ones(d, jnp.float32), "bias": jnp.zeros(d, jnp.float32)}
+
+
+def _cast(params: Params, dtype: str) -> Params:
+    return jax.tree.map(lambda x: x.astype(dtype), params)
 
 
 def init(key: jax.Array, config: Config) -> Params:
@@ -98,12 +105,13 @@ def init(key: jax.Array, config: Config) -> Params:
                 },
             }
         )
-    return {
+    params = {
         "wte": normal(keys[0], (config.vocab, d)),
         "wpe": normal(keys[1], (config.seq, d), 0.01),
         "blocks": blocks,
         "lnf": _norm(d),
     }
+    return _cast(params, config.dtype)
 
 
 # ---- forward ------------------------------------------------------------------------------------
@@ -193,9 +201,15 @@ def make_optimizer(
     return optax.chain(optax.clip_by_global_norm(clip), adamw)
 
 
+def init_optimizer(optimizer: optax.GradientTransformation, params: Params) -> Any:
+    """The optimizer's state, its moments float32 whatever the parameters' type."""
+    return optimizer.init(_cast(params, "float32"))
+
+
 def make_train_step(optimizer: optax.GradientTransformation, remat: bool = False) -> Any:
     def train_step(params: Params, opt_state: Any, tokens: jax.Array) -> tuple[Params, Any, Any]:
         loss, grads = jax.value_and_grad(loss_fn)(params, tokens, remat)
+        grads = _cast(grads, "float32")  # the update in float32; no-op for float32 models
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 

@@ -274,7 +274,7 @@ def load_checkpoint(folder: str) -> dict[str, Any]:
     config = config_of(run)
     optimizer = make_optimizer(run)
     params_shape = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
-    state_shape = jax.eval_shape(optimizer.init, params_shape)
+    state_shape = jax.eval_shape(lambda p: model.init_optimizer(optimizer, p), params_shape)
     with np.load(Path(folder) / CHECKPOINT_FILE) as saved:
         rng = np.random.default_rng()
         rng.bit_generator.state = json.loads(str(saved["rng"]))
@@ -401,7 +401,7 @@ def train(args: argparse.Namespace) -> int:
         start, losses = resumed["step"], resumed["losses"]
     else:
         params = model.init(jax.random.key(run["seed"]), config)
-        opt_state = make_optimizer(run).init(params)
+        opt_state = model.init_optimizer(make_optimizer(run), params)
         rng, start, losses = np.random.default_rng(run["seed"]), 0, []
 
     print(f"data: {where}, {data.size:,} bytes")

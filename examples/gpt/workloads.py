@@ -68,7 +68,7 @@ def training_step(
     """The training step of `config` with shapes only: (fun, args, jit_kwargs)."""
     optimizer = model.make_optimizer()
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
-    opt_state = jax.eval_shape(optimizer.init, params)
+    opt_state = jax.eval_shape(lambda p: model.init_optimizer(optimizer, p), params)
     tokens = jax.ShapeDtypeStruct((batch_per_replica * _dp(mesh), config.seq + 1), jnp.int32)
     step = model.make_train_step(optimizer, remat)
     return step, (params, opt_state, tokens), _jit_kwargs(mesh, params, opt_state, config)
@@ -79,7 +79,7 @@ def tiny(mesh: Any = None) -> tuple:
     config = model.Config(vocab=256, seq=16, layers=2, d_model=32, heads=4)
     optimizer = model.make_optimizer()
     params = model.init(jax.random.key(0), config)
-    opt_state = optimizer.init(params)
+    opt_state = model.init_optimizer(optimizer, params)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, config.vocab, (4 * _dp(mesh), config.seq + 1), dtype=np.int32)
     step = model.make_train_step(optimizer)
@@ -99,8 +99,11 @@ def gpt2_medium(mesh: Any = None) -> tuple:
 
 
 def gpt3_175b(mesh: Any = None) -> tuple:
-    """GPT-3 175B: 96 layers, d 12,288, 96 heads, 2,048 tokens, 1 sequence per replica, each
-    block recomputed in the backward pass (as Graphcore's GPT-3 example did): without that, its
-    activations alone would outgrow the streaming memory of a Pod256."""
-    config = model.Config(vocab=pad_vocab(GPT2_VOCAB), seq=2048, layers=96, d_model=12288, heads=96)
+    """GPT-3 175B as Graphcore trained it (examples/nlp/gpt3_175B/popxl): 96 layers, d 12,288,
+    96 heads, 2,048 tokens, 1 sequence per replica, float16 weights and activations with float32
+    optimizer moments, each block recomputed in the backward pass: without that, its activations
+    alone would outgrow the streaming memory of a Pod256."""
+    config = model.Config(
+        vocab=pad_vocab(GPT2_VOCAB), seq=2048, layers=96, d_model=12288, heads=96, dtype="float16"
+    )
     return training_step(config, 1, mesh, remat=True)

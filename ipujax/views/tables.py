@@ -65,11 +65,15 @@ def summary_table(report: CostReport) -> Table:
     table.add_row("total cycles", m.fmt_int(report.total_cycles))
     table.add_row("time per step", m.fmt_seconds(report.seconds))
     table.add_row("supersteps", m.fmt_int(len(report.supersteps)))
-    table.add_row("FLOPs", m.fmt_int(report.flops))
+    table.add_row(
+        "FLOPs",
+        f"{m.fmt_int(report.flops)} per IPU, {m.fmt_int(report.system_flops)} in all",
+    )
     table.add_row(
         "FLOP utilisation",
         f"{m.fmt_pct(report.flop_utilisation)} of peak "
-        f"({report.peak_flops_per_cycle} FLOP/cycle/tile, {peak_rate / 1e12:,.1f} TFLOP/s)",
+        f"({report.peak_flops_per_cycle} FLOP/cycle/tile, {peak_rate / 1e12:,.1f} TFLOP/s "
+        "for the system)",
     )
     table.add_row(
         "peak tile memory",
@@ -334,19 +338,31 @@ def phases_tables(report: CostReport) -> list[RenderableType]:
     if not report.phases:
         return [Text.assemble(("Phases: ", "bold"), "none (phases=None)")]
     table = _table(
-        "Phases",
+        "Phases (bytes per IPU; streaming hidden behind the previous phase with IO tiles)",
         "phase",
         "cycles",
-        "streaming bytes",
+        "compute",
+        "streaming",
+        "exposed",
+        "loads",
+        "stores",
+        "gathered",
+        "kept on chip",
         "peak tile bytes",
-        numeric=(1, 2, 3),
+        numeric=tuple(range(1, 10)),
     )
     for p in report.phases:
         style = "bold red" if p.peak_tile_bytes > report.bytes_per_tile else ""
         table.add_row(
             p.name,
             m.fmt_int(p.cycles),
-            m.fmt_int(p.streaming_bytes),
+            m.fmt_int(p.compute_cycles),
+            m.fmt_int(p.stream_cycles),
+            m.fmt_int(p.stream_cycles - p.overlapped_cycles),
+            m.fmt_int(p.load_bytes),
+            m.fmt_int(p.store_bytes),
+            m.fmt_int(p.link_bytes),
+            m.fmt_int(p.kept_bytes),
             Text(m.fmt_int(p.peak_tile_bytes), style=style),
         )
     return [table]

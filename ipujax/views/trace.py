@@ -4,8 +4,9 @@ execution trace.
 Supersteps run one after another (BSP), so each starts where the one before it ended. A superstep
 becomes up to four consecutive "X" (complete) slices on its sync group's thread: Sync, DoExchange
 (when it exchanges on chip), GlobalExchange (when it is a collective over the IPU-Links) and
-OnTileExecute (its compute set), each named by the step kind, op and source line. Phases become
-StreamCopy slices on a thread of their own. `ts`/`dur` are microseconds: cycles / clock_hz * 1e6.
+OnTileExecute (its compute set), each named by the step kind, op and source line. Phases make a
+timeline of their own: each phase's exposed streaming and compute on one thread, the IO path's
+StreamCopy windows on another. `ts`/`dur` are microseconds: cycles / clock_hz * 1e6.
 `pid` is the IPU: every IPU runs the same program (SPMD), so each gets the same slices (the
 first `MAX_IPUS` are drawn).
 """
@@ -15,12 +16,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ipujax.report import CollectiveCost, CostReport, SuperstepCost
+from ipujax.report import CollectiveCost, CostReport, PhaseCost, SuperstepCost
 from ipujax.views.metrics import short_source
 
 MAX_IPUS = 16  # IPUs drawn: every IPU runs the same (SPMD) program, so more add nothing
 _LINKS = "IPU-Links (GlobalExchange)"
 _PHASES = "phases (StreamCopy)"
+_IO = "IO path (StreamCopy)"
 
 
 class _Threads:
@@ -167,31 +169,58 @@ def _unmatched_collective_events(report: CostReport, threads: _Threads, ipus: in
 
 
 def _phase_events(report: CostReport, threads: _Threads, ipus: int) -> list[dict]:
-    """Each phase as one StreamCopy slice spanning its cycles, phases one after another."""
+    """The phase timeline: on one thread each phase as a slice of its cycles (what it computes
+    and exposes in its args); on another the IO path's window for each phase, where it runs
+    (during the previous phase's compute when IO tiles hide it)."""
     events: list[dict[str, Any]] = []
+    clock = report.clock_hz
     for pid in range(ipus):
         cursor = 0
         for index, phase in enumerate(report.phases):
-            ts = _us(cursor, report.clock_hz)
-            cursor += phase.cycles
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "StreamCopy",
-                    "name": f"StreamCopy: phase {phase.name}",
-                    "pid": pid,
-                    "tid": threads.tid(pid, _PHASES),
-                    "ts": ts,
-                    "dur": _us(cursor, report.clock_hz) - ts,
-                    "args": {
-                        "phase": index,
-                        "cycles": phase.cycles,
-                        "streaming_bytes": phase.streaming_bytes,
-                        "peak_tile_bytes": phase.peak_tile_bytes,
-                    },
-                }
+            args = _phase_args(phase, index)
+            spans = (
+                (f"StreamCopy: phase {phase.name}", _PHASES, cursor, phase.cycles),
+                (
+                    f"StreamCopy: IO for {phase.name}",
+                    _IO,
+                    cursor - phase.overlapped_cycles,
+                    phase.stream_cycles,
+                ),
             )
+            for name, thread, start, cycles in spans:
+                if cycles <= 0:
+                    continue
+                ts = _us(start, clock)
+                events.append(
+                    {
+                        "ph": "X",
+                        "cat": "StreamCopy",
+                        "name": name,
+                        "pid": pid,
+                        "tid": threads.tid(pid, thread),
+                        "ts": ts,
+                        "dur": _us(start + cycles, clock) - ts,
+                        "args": args,
+                    }
+                )
+            cursor += phase.cycles
     return events
+
+
+def _phase_args(phase: PhaseCost, index: int) -> dict[str, Any]:
+    return {
+        "phase": index,
+        "cycles": phase.cycles,
+        "compute_cycles": phase.compute_cycles,
+        "stream_cycles": phase.stream_cycles,
+        "overlapped_cycles": phase.overlapped_cycles,
+        "load_bytes": phase.load_bytes,
+        "store_bytes": phase.store_bytes,
+        "gathered_bytes": phase.link_bytes,
+        "kept_bytes": phase.kept_bytes,
+        "streaming_bytes": phase.streaming_bytes,
+        "peak_tile_bytes": phase.peak_tile_bytes,
+    }
 
 
 def build_trace(report: CostReport) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """Collectives over IPU-Links: where a mesh axis sits among the physical IPUs, and what a ring
 collective over it costs (docs/target.md, "IPU-Links and systems").
 
-IPUs are numbered machine by machine (the system's machines, then its Pod64s). Mesh axes are
-placed so that the axis that moves the most bytes varies fastest, i.e. sits inside a machine and
-crosses the fewest links; then come the others, by traffic. A group of IPUs along some axes is a
-ring: within a Pod64 over IPU-Links, beyond it over Gateway-Links.
+IPUs are numbered machine by machine (the system's machines, then its Pod64s), and a mesh lies
+on them in its own order, the last axis varying fastest, as a `jax.sharding.Mesh` lies on its
+devices: the mesh (dp, tp1, tp2) of Graphcore's GPT-3 on a Pod256 puts each tp2 group of 8 on
+two neighbouring machines, each tp1 group of 8 at a stride of 8 inside a Pod64, and the 4 dp
+replicas in the 4 Pod64s (docs/phases.md). A group of IPUs along some axes is a ring: within a
+Pod64 over IPU-Links, beyond it over Gateway-Links.
 
 Ring closed forms, per IPU, for an N-byte buffer (N the whole, gathered size) and n IPUs:
 AllReduce sends 2 (n-1)/n N in 2 (n-1) steps; AllGather and ReduceScatter (n-1)/n N in n-1
@@ -105,16 +107,12 @@ class LinkModel:
 
     @classmethod
     def place(
-        cls,
-        sizes: Mapping[str, int],
-        traffic: Mapping[str, int],
-        target: Target,
-        system: System | None = None,
+        cls, sizes: Mapping[str, int], target: Target, system: System | None = None
     ) -> LinkModel:
-        """The busiest axis innermost; `system` defaults to the smallest that holds the mesh."""
-        order = sorted(sizes, key=lambda a: (-traffic.get(a, 0), list(sizes).index(a)))
+        """The mesh in its own order, the last axis innermost; `system` defaults to the
+        smallest that holds the mesh."""
         system = system or system_for(math.prod(sizes.values()))
-        return cls(dict(sizes), tuple(order), target, system)
+        return cls(dict(sizes), tuple(reversed(list(sizes))), target, system)
 
     def stride(self, axis: str) -> int:
         inner = self.placement[: self.placement.index(axis)]

@@ -9,7 +9,8 @@ costs, and a kernel that computes its results. There are five kinds:
   f32 partials, and a K split is reduced across tiles in a second superstep;
 - reduce runs in stages: each tile reduces its block, then partials are exchanged to the tiles
   that own the output and reduced again;
-- views (reshape of a linearly mapped tensor, sharding annotations, barriers) cost nothing;
+- views (reshape of a linearly mapped tensor, broadcasts, sharding annotations, barriers) cost
+  nothing and hold no storage of their own;
 - every other op (data movement, gather and scatter, sort, convolution, control flow) runs as
   one kernel over the whole tensor, costed as an exchange that brings each result tile its block
   plus the op's work spread evenly over the result's tiles.
@@ -32,13 +33,18 @@ from partitioner.tile_rules.common import TileRule
 from partitioner.tile_rules.elementwise import elementwise_tile_rule
 from partitioner.tile_rules.matmul import dot_general_tile_rule
 from partitioner.tile_rules.reduce import reduce_tile_rule
-from partitioner.tile_rules.views import constant_tile_rule, identity_tile_rule, reshape_tile_rule
+from partitioner.tile_rules.views import (
+    broadcast_tile_rule,
+    constant_tile_rule,
+    identity_tile_rule,
+    reshape_tile_rule,
+)
 from partitioner.tile_rules.whole import whole_tensor_tile_rule
 
 # Ops that run as one kernel over the whole tensor (see `whole`): data movement, gather and
 # scatter, sort, convolution, windows, control flow, and the shard ops of per-IPU programs.
 _WHOLE = (
-    "iota", "broadcast_in_dim", "transpose", "slice", "dynamic_slice", "dynamic_update_slice",
+    "iota", "transpose", "slice", "dynamic_slice", "dynamic_update_slice",
     "concatenate", "pad", "reverse", "gather", "scatter", "sort", "top_k", "convolution",
     "reduce_window", "select_and_scatter", "while", "case", "shard_slice", "shard_mask",
     "shard_index",
@@ -52,6 +58,7 @@ TILE_RULES: dict[str, TileRule] = {
     **dict.fromkeys(_WHOLE, whole_tensor_tile_rule),
     "constant": constant_tile_rule,
     "reshape": reshape_tile_rule,
+    "broadcast_in_dim": broadcast_tile_rule,
     "dot_general": dot_general_tile_rule,
     "reduce": reduce_tile_rule,
     "sharding_constraint": identity_tile_rule,

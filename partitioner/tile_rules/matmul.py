@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from jax import lax
@@ -14,7 +13,7 @@ from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
 from partitioner.cost.compute import matmul_cycles, vector_cycles
 from partitioner.layout import Layout, tile_bytes
-from partitioner.matmul_plan import plan_matmul
+from partitioner.matmul_plan import MatmulPlan, plan_matmul, serialised
 from partitioner.program import Superstep, Task, TileBytes
 from partitioner.target import Target
 from partitioner.tile_rules.common import Array, make_step, permuted
@@ -28,17 +27,43 @@ def _dot_dims(op: Op) -> tuple[list[int], list[int], list[int], list[int], list[
     return list(lb), lf, list(lc), list(rb), list(rc), rf
 
 
+def _problem(op: Op) -> tuple[int, int, int, int, np.dtype]:
+    """(B, M, N, K, partials' dtype) of a dot_general."""
+    lhs, rhs = op.operands
+    lb, lf, lc, _, _, rf = _dot_dims(op)
+    size = lambda v, dims: math.prod(v.shape[d] for d in dims)  # noqa: E731
+    result = op.results[0]
+    exact = not np.issubdtype(result.dtype, np.floating) and result.dtype.kind != "V"
+    partial_dtype = result.dtype if exact else np.dtype(np.float32)
+    return size(lhs, lb), size(lhs, lf), size(rhs, rf), size(lhs, lc), partial_dtype
+
+
 def dot_general_tile_rule(
     op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    big_b, big_m, big_n, big_k, partial = _problem(op)
+    dtype = op.operands[0].dtype
+    plan = plan_matmul(big_b, big_m, big_n, big_k, dtype, partial.itemsize, ctx.target)
+    return _planned(op, inputs, layouts, plan, ctx.target)
+
+
+def with_less_memory(task: Task, budget: int, target: Target) -> Task:
+    """The matmul re-planned to hold at most `budget` bytes of temporaries per tile where it
+    can, by splitting K into more serial chunks; its result's layout stays."""
+    op = task.op
+    big_b, big_m, big_n, big_k, partial = _problem(op)
+    dtype = op.operands[0].dtype
+    plan = serialised(big_b, big_m, big_n, big_k, dtype, partial.itemsize, target, budget)
+    return _planned(op, task.inputs, task.input_layouts, plan, target)
+
+
+def _planned(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], plan: MatmulPlan, target: Target
 ) -> Task:
     lhs, rhs = op.operands
     result = op.results[0]
     lb, lf, lc, rb, rc, rf = _dot_dims(op)
-    size = lambda v, dims: math.prod(v.shape[d] for d in dims)  # noqa: E731
-    big_b, big_m, big_k, big_n = size(lhs, lb), size(lhs, lf), size(lhs, lc), size(rhs, rf)
-    exact = not np.issubdtype(result.dtype, np.floating) and result.dtype.kind != "V"
-    partial_dtype = result.dtype if exact else np.dtype(np.float32)
-    plan = plan_matmul(big_b, big_m, big_n, big_k, lhs.dtype, partial_dtype.itemsize, ctx.target)
+    big_b, big_m, big_n, big_k, partial_dtype = _problem(op)
     grid_l = Layout(permuted(lhs, lb + lf + lc), (big_b, big_m, big_k), (plan.b, plan.m, plan.k))
     grid_r = Layout(permuted(rhs, rb + rc + rf), (big_b, big_k, big_n), (plan.b, plan.k, plan.n))
     out = Layout(result.shape, (big_b, big_m, big_n), (plan.b, plan.m, plan.n))
@@ -47,7 +72,7 @@ def dot_general_tile_rule(
     def kernel(lhs_array: Array, rhs_array: Array) -> tuple[Array, ...]:
         return (lax.convert_element_type(contract(lhs_array, rhs_array), result.dtype),)
 
-    steps = _dot_steps(op, plan, grid_l, grid_r, out, partial_dtype, ctx.target)
+    steps = _dot_steps(op, plan, grid_l, grid_r, out, partial_dtype, target)
     # With a serial split, each loop iteration receives and holds one chunk of K at a time.
     temps = (
         TileBytes(0, plan.tiles, tile_bytes(grid_l, lhs.dtype) // plan.serial, "lhs blocks"),
@@ -76,7 +101,7 @@ def _contraction(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
 
 def _dot_steps(
     op: Op,
-    plan: Any,
+    plan: MatmulPlan,
     grid_l: Layout,
     grid_r: Layout,
     out: Layout,

@@ -1,13 +1,14 @@
-"""Ops that cost nothing: reshapes of linearly mapped tensors, annotations and barriers; and
-constants, mapped linearly."""
+"""Ops that cost nothing: reshapes of linearly mapped tensors, broadcasts, annotations and
+barriers; and constants, mapped linearly."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax.numpy as jnp
 
-from lowering import Op, Value
+from lowering import Op, Value, apply_rule
 from partitioner.context import MappingContext
 from partitioner.layout import Layout
 from partitioner.program import Task
@@ -24,6 +25,19 @@ def reshape_tile_rule(
     shape = op.results[0].shape
     out = dataclasses.replace(source, shape=shape)
     return Task(op, inputs, layouts, (out,), lambda x: (x.reshape(shape),), aliases=(0,))
+
+
+def broadcast_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    """A broadcast is a view of its source in Poplar: no storage of its own and no work; a tile
+    that reads it receives at most the source (`common.received_bytes`)."""
+    out = ctx.linear(op.results[0])
+
+    def kernel(x: Any) -> tuple[Any, ...]:
+        return tuple(apply_rule(op, [x], op.attrs, {}))
+
+    return Task(op, inputs, layouts, (out,), kernel, aliases=(0,))
 
 
 def identity_tile_rule(

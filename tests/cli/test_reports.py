@@ -71,7 +71,7 @@ def test_diff_of_mk2_against_bow_changes_time_not_cycles(cli, mlp_reports) -> No
     assert run.code == 0, run.err
     assert re.search(r"target\s+mk2\s+bow\s+changed", run.out)
     assert re.search(r"total cycles(\s+[\d,]+){2}\s+0\s+0%", run.out)
-    assert re.search(r"time per step\s+\S+ µs\s+\S+ µs\s+-\S+ ns\s+-28\.38%", run.out)
+    assert re.search(r"time per step\s+\S+ [µn]s\s+\S+ [µn]s\s+-\S+ [µn]?s\s+-28\.38%", run.out)
 
 
 def test_diff_of_a_report_with_itself_has_no_deltas(cli, gpt_files) -> None:

@@ -87,7 +87,7 @@ def test_same_program_compiles_to_the_same_json() -> None:
 def test_json_header(report: ipujax.CostReport) -> None:
     data = _data(report)
     assert data["schema"] == "ipujax.cost_report"
-    assert data["version"] == 1
+    assert data["version"] == 2
     assert data["tile_memory"] == report.tile_memory.tolist()
     assert len(data["supersteps"]) == len(report.supersteps)
 
@@ -114,7 +114,18 @@ def test_wrong_schema(report: ipujax.CostReport) -> None:
         ipujax.CostReport.from_json(json.dumps(data))
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None])
+def test_version_1_reads_with_the_new_phase_fields_zero(report: ipujax.CostReport) -> None:
+    data = _data(report)
+    data["version"] = 1
+    data["phases"] = [
+        {"name": "layer0", "cycles": 10, "streaming_bytes": 8, "peak_tile_bytes": 4}
+    ]
+    old = ipujax.CostReport.from_json(json.dumps(data))
+    assert old.phases == (ipujax.PhaseCost("layer0", 10, 8, 4),)
+    assert old.phases[0].load_bytes == old.phases[0].kept_bytes == 0
+
+
+@pytest.mark.parametrize("version", [3, 0, "1", "2", None])
 def test_wrong_version(report: ipujax.CostReport, version: object) -> None:
     data = _data(report)
     data["version"] = version

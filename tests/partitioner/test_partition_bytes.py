@@ -173,7 +173,7 @@ def test_reduce_scatter_of_a_partial_sum_sends_the_missing_share(n: int) -> None
     assert [op.name for op in part.graph.ops] == ["dot_general", "reduce_scatter"]
     scatter = part.graph.ops[1]
     assert scatter.operands[0].shape == (T, 2 * H) and scatter.results[0].shape == (T // n, 2 * H)
-    links = LinkModel.place(sizes, {"dp": 1}, target())
+    links = LinkModel.place(sizes, target())
     program = schedule(part.graph, target(), links)
     (step,) = [s for s in program.supersteps if s.kind == "collective"]
     assert step.collective is not None

@@ -123,48 +123,48 @@ POD64 = "IPU-Links within a Pod64"
 GATEWAY_ROUTE = "Gateway-Links between Pod64s"
 
 
-def test_place_puts_the_busiest_axis_innermost() -> None:
-    sizes = {"dp": 4, "tp": 4}
-    model = LinkModel.place(sizes, {"dp": 10, "tp": 1000}, Target.bow())
+def test_place_lays_the_mesh_out_in_its_order_last_axis_innermost() -> None:
+    """As a jax.sharding.Mesh lies on its devices: the last axis varies fastest."""
+    model = LinkModel.place({"dp": 4, "tp": 4}, Target.bow())
     assert model.placement == ("tp", "dp")
     assert (model.stride("tp"), model.stride("dp")) == (1, 4)
     assert model.route(["tp"]) == MACHINE
     assert model.span(["dp"]) == 13 and model.route(["dp"]) == POD64
-    # Ties (and axes without traffic) keep the mesh's order.
-    assert LinkModel.place(sizes, {}, Target.bow()).placement == ("dp", "tp")
-    assert LinkModel.place(sizes, {"dp": 5, "tp": 5}, Target.bow()).placement == ("dp", "tp")
+    assert LinkModel.place({"tp": 4, "dp": 4}, Target.bow()).placement == ("dp", "tp")
+
+
+def test_graphcores_gpt3_mapping_on_a_pod256() -> None:
+    """docs/phases.md: dp 4 x tp1 8 x tp2 8 puts each tp2 group on two neighbouring machines,
+    each tp1 group of 8 at a stride of 8 inside a Pod64, and the replicas in the 4 Pod64s."""
+    model = LinkModel.place({"dp": 4, "tp1": 8, "tp2": 8}, Target.bow())
+    assert (model.stride("tp2"), model.stride("tp1"), model.stride("dp")) == (1, 8, 64)
+    assert model.span(["tp2"]) == 8 and model.route(["tp2"]) == POD64
+    assert model.span(["tp1"]) == 57 and model.route(["tp1"]) == POD64
+    assert model.route(["dp"]) == GATEWAY_ROUTE
 
 
 @pytest.mark.parametrize("shape", [(4, 64), (64, 4)])
 def test_routes_of_a_256_ipu_mesh(shape: tuple[int, int]) -> None:
-    sizes = dict(zip(("a", "b"), shape, strict=True))
-    small = "a" if sizes["a"] == 4 else "b"
-    large = "b" if small == "a" else "a"
-    # The 4-IPU axis innermost: it stays in a machine; the 64 axis spans 253 IPUs.
-    inner_small = LinkModel.place(sizes, {small: 2, large: 1}, Target.bow())
-    assert inner_small.placement == (small, large)
-    assert inner_small.route([small]) == MACHINE
-    assert inner_small.span([large]) == 1 + 63 * 4
-    assert inner_small.route([large]) == GATEWAY_ROUTE
-    # The 64 axis innermost: a whole Pod64; the 4 axis strides over Pod64s.
-    inner_large = LinkModel.place(sizes, {small: 1, large: 2}, Target.bow())
-    assert inner_large.placement == (large, small)
-    assert inner_large.route([large]) == POD64
-    assert inner_large.span([small]) == 1 + 3 * 64
-    assert inner_large.route([small]) == GATEWAY_ROUTE
-    for model in (inner_small, inner_large):
-        assert model.span(["a", "b"]) == 256
-        assert model.route(["a", "b"]) == GATEWAY_ROUTE
+    model = LinkModel.place(dict(zip(("a", "b"), shape, strict=True)), Target.bow())
+    inner, outer = shape[1], shape[0]
+    assert model.placement == ("b", "a")
+    # The inner axis: consecutive IPUs, inside a machine if 4, a whole Pod64 if 64.
+    assert model.route(["b"]) == (MACHINE if inner == 4 else POD64)
+    # The outer axis strides over the inner one and leaves the Pod64.
+    assert model.span(["a"]) == 1 + (outer - 1) * inner
+    assert model.route(["a"]) == GATEWAY_ROUTE
+    assert model.span(["a", "b"]) == 256
+    assert model.route(["a", "b"]) == GATEWAY_ROUTE
 
 
 def test_route_boundaries() -> None:
     for n, route in ((2, MACHINE), (4, MACHINE), (5, POD64), (64, POD64), (65, GATEWAY_ROUTE)):
-        assert LinkModel.place({"x": n}, {}, Target.bow()).route(["x"]) == route
+        assert LinkModel.place({"x": n}, Target.bow()).route(["x"]) == route
 
 
 def test_link_model_ring_over_the_gateway() -> None:
     bow = Target.bow()
-    model = LinkModel.place({"a": 4, "b": 64}, {"a": 2, "b": 1}, bow)
+    model = LinkModel.place({"b": 64, "a": 4}, bow)
     cost = model.ring("all_reduce", ["b"], 4096)
     assert (cost.bytes_per_ipu, cost.steps) == (math.ceil(2 * 63 * 4096 / 64), 126)
     assert cost.route == GATEWAY_ROUTE

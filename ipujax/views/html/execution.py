@@ -271,3 +271,51 @@ def execution_section(report: CostReport) -> str:
         f"{panel('Timeline of supersteps', _timeline(report))}"
         f"{_execution_tables(report)}"
     )
+
+
+STREAM = "#2a9d8f"
+
+
+def phase_timeline(report: CostReport) -> str:
+    """The step as its phases run: on the compute tiles, each phase's exposed streaming then its
+    compute; below, the IO path's window for each phase, drawn where it runs (during the
+    previous phase's compute when IO tiles hide it)."""
+    total = sum(p.cycles for p in report.phases) or 1
+    label_w, lane_h = 110, 26
+    scale = (WIDTH - label_w) / total
+    compute_lane, io_lane = [], []
+    cursor = 0
+    for p in report.phases:
+        exposed = p.stream_cycles - p.overlapped_cycles
+        tip = (
+            f"{p.name}: compute {p.compute_cycles:,} cycles, streaming {p.stream_cycles:,} "
+            f"({exposed:,} exposed); loads {p.load_bytes:,} B, stores {p.store_bytes:,} B, "
+            f"gathers {p.link_bytes:,} B"
+        )
+        x = label_w + cursor * scale
+        compute_lane.append(_segment(x, 4, exposed * scale, lane_h - 8, STREAM, tip))
+        compute_lane.append(
+            _segment(x + exposed * scale, 4, p.compute_cycles * scale, lane_h - 8, COMPUTE, tip)
+        )
+        io_start = label_w + (cursor - p.overlapped_cycles) * scale
+        io_lane.append(
+            _segment(io_start, lane_h + 4, p.stream_cycles * scale, lane_h - 8, STREAM, tip)
+        )
+        cursor += p.cycles
+    labels = (
+        f'<text x="{label_w - 8}" y="{lane_h / 2 + 4}" font-size="12" text-anchor="end">'
+        "compute tiles</text>"
+        f'<text x="{label_w - 8}" y="{lane_h * 1.5 + 4}" font-size="12" text-anchor="end">'
+        "IO path</text>"
+    )
+    plot = svg(WIDTH, 2 * lane_h + 4, "phase timeline", labels + "".join(compute_lane + io_lane))
+    return legend([("compute", COMPUTE), ("streaming", STREAM)]) + plot
+
+
+def _segment(x: float, y: float, w: float, h: float, colour: str, tip: str) -> str:
+    if w <= 0:
+        return ""
+    return (
+        f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{h}" fill="{colour}">'
+        f"<title>{e(tip)}</title></rect>"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ipujax.report import CostReport
 from ipujax.views import metrics as m
-from ipujax.views.html.execution import execution_section
+from ipujax.views.html.execution import execution_section, phase_timeline
 from ipujax.views.html.memory import memory_section
 from ipujax.views.html.style import CSS
 from ipujax.views.html.widgets import card, e, panel, table
@@ -19,7 +19,8 @@ def _summary(report: CostReport) -> str:
         card(
             "FLOP utilisation",
             m.fmt_pct(report.flop_utilisation),
-            f"{report.flops:,} FLOPs of {m.peak_flops_per_second(report) / 1e12:,.1f} TFLOP/s",
+            f"{report.system_flops:,} FLOPs of {m.peak_flops_per_second(report) / 1e12:,.1f} "
+            "TFLOP/s",
         ),
         card(
             "peak tile memory",
@@ -44,7 +45,7 @@ def _summary(report: CostReport) -> str:
         ("clock", f"{report.clock_hz / 1e9:.3f} GHz"),
         ("total cycles", f"{report.total_cycles:,}"),
         ("time per step", m.fmt_seconds(report.seconds)),
-        ("FLOPs", f"{report.flops:,}"),
+        ("FLOPs", f"{report.flops:,} per IPU, {report.system_flops:,} in all"),
         (
             "FLOP utilisation",
             f"{m.fmt_pct(report.flop_utilisation)} of peak "
@@ -102,17 +103,44 @@ def _phases(report: CostReport) -> str:
     if not report.phases:
         return panel("Phases", '<p class="none">none (phases=None)</p>')
     listing = table(
-        ("phase", "cycles", "streaming bytes", "peak tile bytes"),
+        (
+            "phase",
+            "cycles",
+            "compute",
+            "streaming",
+            "exposed",
+            "loads",
+            "stores",
+            "gathered",
+            "kept on chip",
+            "peak tile bytes",
+        ),
         [
-            (p.name, f"{p.cycles:,}", f"{p.streaming_bytes:,}", f"{p.peak_tile_bytes:,}")
+            (
+                p.name,
+                f"{p.cycles:,}",
+                f"{p.compute_cycles:,}",
+                f"{p.stream_cycles:,}",
+                f"{p.stream_cycles - p.overlapped_cycles:,}",
+                f"{p.load_bytes:,}",
+                f"{p.store_bytes:,}",
+                f"{p.link_bytes:,}",
+                f"{p.kept_bytes:,}",
+                f"{p.peak_tile_bytes:,}",
+            )
             for p in report.phases
         ],
-        numeric=(1, 2, 3),
+        numeric=tuple(range(1, 10)),
         row_classes=[
             "over" if p.peak_tile_bytes > report.bytes_per_tile else "" for p in report.phases
         ],
     )
-    return panel("Phases", listing)
+    note = (
+        "Bytes per IPU. Streaming is the IO window before a phase (its loads and gathers, the "
+        "previous phase's stores); with IO tiles it runs during the previous phase's compute "
+        "and only the exposed part adds to the step."
+    )
+    return panel("Phase timeline", phase_timeline(report)) + panel("Phases", listing, note)
 
 
 def _nav() -> str:

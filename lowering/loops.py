@@ -1,0 +1,133 @@
+"""Unrolling counted loops: a `while` that runs a known number of times (what `lax.scan` and
+`lax.fori_loop` with static bounds lower to) becomes that many copies of its body.
+
+The values do not change: every copy runs the body's ops on what the previous one made, in the
+same order, and the condition, which is known to hold exactly `trips` times, is dropped. What
+changes is what later passes can see: each copy's ops on their own, so a scan over
+micro-batches can be partitioned over IPUs and scheduled phase-major (every micro-batch of a
+layer in that layer's phase, as PopXL runs gradient accumulation). Ops inside a body carry
+scopes relative to the loop; their copies carry the loop's scope in front
+(`jit(step)/while/body/layer0/...`), so named scopes still find them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping
+
+import numpy as np
+
+from lowering.ir import Graph, Op, Value, producers, walk
+
+MAX_TRIPS = 64  # longer loops stay loops
+MAX_OPS = 50_000  # nor is a loop unrolled into more ops than this
+
+
+def counted_trips(op: Op, made: Mapping[Value, Op]) -> int | None:
+    """How many times a `while` runs, when it counts `i` from a constant by 1 while `i < n`,
+    `n` a constant; None otherwise."""
+    cond, body = op.regions
+    compare = next((o for o in cond.ops if o.results == cond.outputs), None)
+    if compare is None or compare.name != "compare" or compare.attrs["direction"] != "LT":
+        return None
+    counter, limit = compare.operands
+    if counter not in cond.inputs:
+        return None
+    index = cond.inputs.index(counter)
+    start = _constant(op.operands[index], made)
+    bound = _constant(limit, {**made, **producers(cond)})
+    if start is None or bound is None or not _steps_by_one(body, index):
+        return None
+    return max(0, bound - start)
+
+
+def _constant(value: Value, made: Mapping[Value, Op]) -> int | None:
+    op = made.get(value)
+    if op is None or op.name != "constant" or np.size(op.attrs["value"]) != 1:
+        return None
+    return int(np.asarray(op.attrs["value"]).reshape(()))
+
+
+def _steps_by_one(body: Graph, index: int) -> bool:
+    """Whether the body's next counter is its counter plus the constant 1."""
+    made = producers(body)
+    step = made.get(body.outputs[index])
+    if step is None or step.name != "add":
+        return False
+    counter = body.inputs[index]
+    others = [v for v in step.operands if v != counter]
+    return len(others) == 1 and len(step.operands) == 2 and _constant(others[0], made) == 1
+
+
+def unroll_loops(graph: Graph) -> Graph:
+    """The graph with its counted top-level loops unrolled (within `MAX_TRIPS` and `MAX_OPS`)."""
+    made = producers(graph)
+    ids = itertools.count(1 + max((v.id for v in _all_values(graph)), default=0))
+    renamed: dict[Value, Value] = {}
+    ops: list[Op] = []
+    changed = False
+    for op in graph.ops:
+        op = _renamed(op, renamed)
+        trips = counted_trips(op, made) if op.name == "while" else None
+        size = sum(1 for _ in walk(op.regions[1])) if trips is not None else 0
+        if trips is None or trips > MAX_TRIPS or trips * size > MAX_OPS:
+            ops.append(op)
+            continue
+        copies, results = _unrolled(op, trips, ids)
+        ops += copies
+        renamed.update(zip(op.results, results, strict=True))
+        changed = True
+    if not changed:
+        return graph
+    outputs = tuple(renamed.get(v, v) for v in graph.outputs)
+    return dataclasses.replace(graph, ops=tuple(ops), outputs=outputs)
+
+
+def _all_values(graph: Graph) -> list[Value]:
+    values = list(graph.inputs)
+    for op in walk(graph):
+        values += op.results
+        for region in op.regions:
+            values += region.inputs
+    return values
+
+
+def _unrolled(op: Op, trips: int, ids: itertools.count) -> tuple[list[Op], tuple[Value, ...]]:
+    """The body's ops `trips` times, each copy reading the last one's results."""
+    body = op.regions[1]
+    prefix = f"{op.loc.scope}/body"
+    carried = tuple(op.operands)
+    ops: list[Op] = []
+    for _ in range(trips):
+        mapping: dict[Value, Value] = dict(zip(body.inputs, carried, strict=True))
+        for inner in body.ops:
+            fresh = tuple(Value(next(ids), v.shape, v.dtype) for v in inner.results)
+            copy = _renamed(inner, mapping)
+            loc = inner.loc
+            if not loc.scope.startswith("jit("):
+                loc = dataclasses.replace(loc, scope=f"{prefix}/{loc.scope}")
+            ops.append(dataclasses.replace(copy, results=fresh, loc=loc))
+            mapping.update(zip(inner.results, fresh, strict=True))
+        carried = tuple(mapping.get(v, v) for v in body.outputs)
+    return ops, carried
+
+
+def _renamed(op: Op, mapping: Mapping[Value, Value]) -> Op:
+    """`op` reading `mapping[v]` for every value `v` it or its regions read from outside."""
+    if not mapping:
+        return op
+    operands = tuple(mapping.get(v, v) for v in op.operands)
+    regions = tuple(_renamed_graph(r, mapping) for r in op.regions)
+    if operands == op.operands and all(a is b for a, b in zip(regions, op.regions, strict=True)):
+        return op
+    return dataclasses.replace(op, operands=operands, regions=regions)
+
+
+def _renamed_graph(graph: Graph, mapping: Mapping[Value, Value]) -> Graph:
+    inner = {k: v for k, v in mapping.items() if k not in set(graph.inputs)}
+    ops = tuple(_renamed(o, inner) for o in graph.ops)
+    outputs = tuple(inner.get(v, v) for v in graph.outputs)
+    if outputs == graph.outputs and all(a is b for a, b in zip(ops, graph.ops, strict=True)):
+        return graph
+    return dataclasses.replace(graph, ops=ops, outputs=outputs)
