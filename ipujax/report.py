@@ -250,7 +250,7 @@ def build_report(built: Built) -> CostReport:
     IO tiles' streaming buffers), every IPU alike (SPMD)."""
     mesh, cost, memory = built.mesh, built.cost, built.memory
     target = mesh.target
-    io = io_tile_bytes(built.streams, target.io_tiles if built.plan is not None else 0)
+    io = io_tile_bytes(built.streams, target.phase_io_tiles if built.plan is not None else 0)
     tiles = np.concatenate([memory.total, io]).reshape(1, -1).astype(np.int64)
     always = np.concatenate([memory.always_live, 0 * io]).reshape(1, -1).astype(np.int64)
     return CostReport(

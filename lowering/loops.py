@@ -94,7 +94,8 @@ def _all_values(graph: Graph) -> list[Value]:
 
 
 def _unrolled(op: Op, trips: int, ids: itertools.count) -> tuple[list[Op], tuple[Value, ...]]:
-    """The body's ops `trips` times, each copy reading the last one's results."""
+    """The body's ops `trips` times, each copy reading the last one's results; every value a
+    copy defines, in nested regions too, is new."""
     body = op.regions[1]
     prefix = f"{op.loc.scope}/body"
     carried = tuple(op.operands)
@@ -102,15 +103,37 @@ def _unrolled(op: Op, trips: int, ids: itertools.count) -> tuple[list[Op], tuple
     for _ in range(trips):
         mapping: dict[Value, Value] = dict(zip(body.inputs, carried, strict=True))
         for inner in body.ops:
-            fresh = tuple(Value(next(ids), v.shape, v.dtype) for v in inner.results)
-            copy = _renamed(inner, mapping)
-            loc = inner.loc
-            if not loc.scope.startswith("jit("):
-                loc = dataclasses.replace(loc, scope=f"{prefix}/{loc.scope}")
-            ops.append(dataclasses.replace(copy, results=fresh, loc=loc))
-            mapping.update(zip(inner.results, fresh, strict=True))
+            copy = _copied(inner, mapping, ids)
+            if not inner.loc.scope.startswith("jit("):
+                copy = dataclasses.replace(
+                    copy, loc=dataclasses.replace(inner.loc, scope=f"{prefix}/{inner.loc.scope}")
+                )
+            ops.append(copy)
         carried = tuple(mapping.get(v, v) for v in body.outputs)
     return ops, carried
+
+
+def _fresh(value: Value, ids: itertools.count) -> Value:
+    return Value(next(ids), value.shape, value.dtype)
+
+
+def _copied(op: Op, mapping: dict[Value, Value], ids: itertools.count) -> Op:
+    """`op` with its reads renamed by `mapping`, its results and everything its regions define
+    made new (and added to `mapping`)."""
+    regions = tuple(_copied_graph(r, mapping, ids) for r in op.regions)
+    results = tuple(_fresh(v, ids) for v in op.results)
+    operands = tuple(mapping.get(v, v) for v in op.operands)
+    mapping.update(zip(op.results, results, strict=True))
+    return dataclasses.replace(op, operands=operands, results=results, regions=regions)
+
+
+def _copied_graph(graph: Graph, outer: dict[Value, Value], ids: itertools.count) -> Graph:
+    mapping = dict(outer)
+    inputs = tuple(_fresh(v, ids) for v in graph.inputs)
+    mapping.update(zip(graph.inputs, inputs, strict=True))
+    ops = tuple(_copied(o, mapping, ids) for o in graph.ops)
+    outputs = tuple(mapping.get(v, v) for v in graph.outputs)
+    return dataclasses.replace(graph, inputs=inputs, ops=ops, outputs=outputs)
 
 
 def _renamed(op: Op, mapping: Mapping[Value, Value]) -> Op:

@@ -30,9 +30,10 @@ What phases stream, and what that costs, is `cost.streaming`'s.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +106,7 @@ def _label(task: Task, names: Sequence[str]) -> str | None:
 class _Keys:
     """Phase keys (block, kind, run) in phase order, each with its index."""
 
-    def __init__(self, keys: Sequence[Any]) -> None:
+    def __init__(self, keys: Iterable[Any]) -> None:
         self.keys = list(dict.fromkeys(keys))
         self._at = {key: i for i, key in enumerate(self.keys)}
 
@@ -297,6 +298,32 @@ def _crossing(tasks: Sequence[Task], views: set[Value]) -> list[int]:
     return out
 
 
+class _Touched:
+    """A sliding run of tasks [lo, end) and the distinct bytes they touch."""
+
+    def __init__(self, tasks: Sequence[Task], views: set[Value]) -> None:
+        self.tasks, self.views = tasks, views
+        self.counts: dict[Value, int] = {}
+        self.bytes = 0
+        self.lo = 0
+
+    def extend(self, task: Task) -> None:
+        for value in _touches(task, self.views):
+            self.counts[value] = self.counts.get(value, 0) + 1
+            if self.counts[value] == 1:
+                self.bytes += value.nbytes
+
+    def shrink(self, budget: float, end: int) -> None:
+        """Drops tasks from the front until the run fits `budget` (or one task is left)."""
+        while self.bytes > budget and self.lo < end - 1:
+            for value in _touches(self.tasks[self.lo], self.views):
+                self.counts[value] -= 1
+                if not self.counts[value]:
+                    del self.counts[value]
+                    self.bytes -= value.nbytes
+            self.lo += 1
+
+
 def min_crossing_cuts(
     tasks: Sequence[Task], budget: float, penalty: int, views: set[Value]
 ) -> list[int]:
@@ -309,40 +336,27 @@ def min_crossing_cuts(
     crossing = _crossing(tasks, views)
     best = [0] * (n + 1)
     back = [0] * (n + 1)
-    counts: dict[Value, int] = {}
-    touched = 0
-    lo = 0
+    run = _Touched(tasks, views)
     window: deque[int] = deque()  # candidate starts, by increasing best[s] + cost(s)
 
     def cost(s: int) -> int:
         return best[s] + (crossing[s] + penalty if s > 0 else 0)
 
-    for e in range(1, n + 1):
-        for value in _touches(tasks[e - 1], views):
-            counts[value] = counts.get(value, 0) + 1
-            touched += value.nbytes if counts[value] == 1 else 0
-        s_new = e - 1
-        while window and cost(window[-1]) >= cost(s_new):
+    for end in range(1, n + 1):
+        run.extend(tasks[end - 1])
+        while window and cost(window[-1]) >= cost(end - 1):
             window.pop()
-        window.append(s_new)
-        while touched > budget and lo < e - 1:
-            for value in _touches(tasks[lo], views):
-                counts[value] -= 1
-                if not counts[value]:
-                    del counts[value]
-                    touched -= value.nbytes
-            lo += 1
-        while window[0] < lo:
+        window.append(end - 1)
+        run.shrink(budget, end)
+        while window[0] < run.lo:
             window.popleft()
-        back[e] = window[0]
-        best[e] = cost(window[0])
+        back[end], best[end] = window[0], cost(window[0])
     cuts = []
-    e = n
-    while e > 0:
-        e = back[e]
-        if e > 0:
-            cuts.append(e)
-    return sorted(cuts)
+    end = back[n]
+    while end > 0:
+        cuts.append(end)
+        end = back[end]
+    return cuts[::-1]
 
 
 def _penalty(target: Target) -> int:
@@ -419,9 +433,7 @@ def _touched_bytes(tasks: Sequence[Task], views: set[Value]) -> int:
     return sum(v.nbytes for v in {v for task in tasks for v in _touches(task, views)})
 
 
-def _cut(
-    program: Program, plan: PhasePlan, budgets: dict[int, float], target: Target
-) -> PhasePlan:
+def _cut(program: Program, plan: PhasePlan, budgets: dict[int, float], target: Target) -> PhasePlan:
     """The phases in `budgets` cut, each into runs within its budget."""
     views = _views(program)
     bounds: list[tuple[int, int]] = []
@@ -433,7 +445,7 @@ def _cut(
             continue
         cuts = min_crossing_cuts(program.tasks[a:b], budgets[p], _penalty(target), views)
         edges = [a, *(a + c for c in cuts), b]
-        parts = list(zip(edges, edges[1:], strict=False))
+        parts = list(itertools.pairwise(edges))
         bounds += parts
         if len(parts) == 1:
             names.append(name)
@@ -446,9 +458,7 @@ def _cut(
     return PhasePlan(tuple(names), PhaseBounds(bounds))
 
 
-def split_phases(
-    program: Program, phases: Any, target: Target
-) -> tuple[Program, PhasePlan | None]:
+def split_phases(program: Program, phases: Any, target: Target) -> tuple[Program, PhasePlan | None]:
     """The `phases=` option: None (or "none") keeps one program on chip, "auto" finds blocks
     and cuts, a list of `jax.named_scope` names cuts by scope."""
     if phases is None or phases == "none":

@@ -210,6 +210,4 @@ def build(
             check_capacity(needed, mesh.target)
         streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links)
     cost = cost_step(program, plan, memory, streams, target)
-    return Built(
-        mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept
-    )
+    return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept)

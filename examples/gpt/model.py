@@ -206,9 +206,34 @@ def init_optimizer(optimizer: optax.GradientTransformation, params: Params) -> A
     return optimizer.init(_cast(params, "float32"))
 
 
-def make_train_step(optimizer: optax.GradientTransformation, remat: bool = False) -> Any:
+def accumulated_gradients(
+    params: Params, tokens: jax.Array, remat: bool, micro_batches: int
+) -> tuple[jax.Array, Params]:
+    """The mean loss and gradients over `micro_batches` equal micro-batches, summed by a scan
+    (rows k, k + n, k + 2n, ... form micro-batch k, so a batch split over dp splits every
+    micro-batch over it too)."""
+    if micro_batches == 1:
+        return jax.value_and_grad(loss_fn)(params, tokens, remat)
+    micro = tokens.reshape(tokens.shape[0] // micro_batches, micro_batches, -1).swapaxes(0, 1)
+
+    def add_micro_batch(carry: Any, batch: jax.Array) -> tuple[Any, None]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, remat)
+        total, summed = carry
+        return (total + loss.astype(jnp.float32), jax.tree.map(jnp.add, summed, grads)), None
+
+    start = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
+    (total, summed), _ = jax.lax.scan(add_micro_batch, start, micro)
+    return total / micro_batches, jax.tree.map(lambda g: g / micro_batches, summed)
+
+
+def make_train_step(
+    optimizer: optax.GradientTransformation, remat: bool = False, micro_batches: int = 1
+) -> Any:
+    """The training step: gradients (over `micro_batches` accumulated micro-batches), then the
+    optimizer's update."""
+
     def train_step(params: Params, opt_state: Any, tokens: jax.Array) -> tuple[Params, Any, Any]:
-        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, remat)
+        loss, grads = accumulated_gradients(params, tokens, remat, micro_batches)
         grads = _cast(grads, "float32")  # the update in float32; no-op for float32 models
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss

@@ -60,6 +60,7 @@ CHECK_RTOL, CHECK_ATOL = 1e-5, 1e-6
 MODEL_FLAGS = {"layers": 2, "d_model": 64, "heads": 4, "seq": 64}
 RUN_FLAGS = {
     "batch": 8,
+    "grad_accumulation": 1,
     "lr": 3e-3,
     "warmup": 20,
     "weight_decay": 0.1,
@@ -115,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, default in MODEL_FLAGS.items():
         add(f"--{flag.replace('_', '-')}", type=positive, default=None, help=f"default {default}")
     add("--batch", type=positive, default=None, help=f"global batch (default {RUN_FLAGS['batch']})")
+    add(
+        "--grad-accumulation",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="split the batch into N micro-batches and sum their gradients (default 1)",
+    )
     add("--steps", type=positive, default=200, help="train until this step (default 200)")
     add("--lr", type=float, default=None, help=f"peak learning rate (default {RUN_FLAGS['lr']})")
     add("--warmup", type=int, default=None, help="linear warmup steps (default 20)")
@@ -146,7 +154,7 @@ def settings(args: argparse.Namespace, saved: dict[str, Any] | None) -> dict[str
             f"--{k.replace('_', '-')} {v} (checkpoint: {s})" for k, (v, s) in clash.items()
         )
         raise UsageError(f"--resume continues the checkpoint's run; these flags differ: {what}")
-    return {k: saved[k] for k in defaults}
+    return {k: saved.get(k, defaults[k]) for k in defaults}
 
 
 # ---- data -----------------------------------------------------------------------------------
@@ -298,6 +306,17 @@ def make_optimizer(run: dict[str, Any]) -> Any:
     )
 
 
+def check_batch(run: dict[str, Any], mesh: ipujax.Mesh) -> None:
+    """Each micro-batch splits evenly over the data-parallel replicas."""
+    dp = dict(zip(mesh.axis_names, mesh.axis_shapes, strict=True)).get("dp", 1)
+    parts = run["grad_accumulation"] * dp
+    if run["batch"] % parts:
+        raise UsageError(
+            f"--batch {run['batch']} does not split into {run['grad_accumulation']} "
+            f"micro-batches over dp={dp}; use a multiple of {parts}"
+        )
+
+
 def phases_for(flag: str, config: Any) -> Any:
     return {"none": None, "auto": "auto", "layer": model.layer_names(config)}[flag]
 
@@ -319,7 +338,7 @@ def compile_step(
     """The training step compiled for the mesh, and the same step under jax.jit."""
     key = (json.dumps(run, sort_keys=True), mesh, json.dumps(phases))
     if key not in _COMPILED:
-        step = model.make_train_step(make_optimizer(run))
+        step = model.make_train_step(make_optimizer(run), micro_batches=run["grad_accumulation"])
         tokens = jax.ShapeDtypeStruct((run["batch"], run["seq"] + 1), jnp.int32)
         specs = sharding.train_specs(params, opt_state, mesh)
         jitted = ipujax.jit(step, mesh=mesh, in_shardings=specs, phases=phases)
@@ -394,6 +413,7 @@ def train(args: argparse.Namespace) -> int:
         sharding.strategy(mesh)
     except ValueError as error:
         raise UsageError(f"--mesh {args.mesh}: {error}") from None
+    check_batch(run, mesh)
     data, where = load_corpus(run["data"])
 
     if resumed:

@@ -41,6 +41,7 @@ class PhaseStream:
     gather_bytes: int
     gather_cycles: int = 0
     kept_bytes: int = 0
+    largest_bytes: int = 0  # the largest single tensor it loads or stores
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ class _Moves:
     loads: list[int]
     stores: list[int]
     kept: list[int]
+    largest: list[int]
     gathers: list[dict[tuple[str, ...], int]]  # per phase: gathered bytes by axes
 
 
@@ -121,7 +123,7 @@ def _moves(
     kept: frozenset[Value],
 ) -> _Moves:
     count = len(bounds.bounds)
-    moves = _Moves([0] * count, [0] * count, [0] * count, [{} for _ in range(count)])
+    moves = _Moves([0] * count, [0] * count, [0] * count, [0] * count, [{} for _ in range(count)])
     outputs, inputs = set(program.outputs), set(program.inputs)
     readers = _phase_readers(program, bounds)
     for s in storages:
@@ -137,9 +139,11 @@ def _moves(
         is_input = s.value in inputs
         for phase in phases if is_input else phases[1:]:
             moves.loads[phase] += share
+            moves.largest[phase] = max(moves.largest[phase], share)
             _gather(moves.gathers[phase], sharded, s.value, readers[phase].get(s.value, []))
         if s.value in outputs or (len(phases) > 1 and not is_input):
             moves.stores[phases[0]] += share
+            moves.largest[phases[0]] = max(moves.largest[phases[0]], share)
     return moves
 
 
@@ -174,7 +178,11 @@ def phase_streams(
             ring = links.ring("all_gather", axes, buffer)
             sent += ring.bytes_per_ipu
             cycles += ring.link_cycles + ring.sync_cycles
-        out.append(PhaseStream(moves.loads[p], moves.stores[p], sent, cycles, moves.kept[p]))
+        out.append(
+            PhaseStream(
+                moves.loads[p], moves.stores[p], sent, cycles, moves.kept[p], moves.largest[p]
+            )
+        )
     return tuple(out)
 
 
@@ -269,8 +277,10 @@ def phase_costs(
 
 
 def io_tile_bytes(streams: Sequence[PhaseStream], io_tiles: int) -> np.ndarray:
-    """Bytes on each IO tile: the largest phase's streamed data, split over the IO tiles."""
+    """Bytes on each IO tile: tensors stream through the IO tiles one after another, each
+    copied on to the compute tiles while the next arrives, so the IO tiles hold two of the
+    largest tensor streamed, spread over them."""
     if not io_tiles or not streams:
         return np.zeros(0, np.int64)
-    largest = max(s.load_bytes + s.store_bytes for s in streams)
-    return np.full(io_tiles, -(-largest // io_tiles), np.int64)
+    largest = max(s.largest_bytes for s in streams)
+    return np.full(io_tiles, -(-2 * largest // io_tiles), np.int64)

@@ -51,12 +51,33 @@ def test_check_fails_when_jax_jit_disagrees(
     assert "check failed at step 1" in capsys.readouterr().err
 
 
-def test_phases_by_layer(gpt: SimpleNamespace, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mesh", ["dp=2,tp=2", "dp=2,tp1=2,tp2=2"], ids=["megatron-1d", "2d"])
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_phases_by_layer_with_gradient_accumulation(
+    gpt: SimpleNamespace,
+    tmp_path: Path,
+    mesh: str,
+    micro_batches: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     report = tmp_path / "phased.json"
-    flags = ["--layers", "2", "--mesh", "dp=2,tp=2", "--phases", "layer", "--steps", "2"]
+    flags = ["--layers", "2", "--mesh", mesh, "--phases", "layer", "--steps", "2"]
+    flags += ["--grad-accumulation", str(micro_batches)]
     assert run(gpt, *flags, "--check", "--report", str(report)) == 0
+    assert "check passed: 2 steps" in capsys.readouterr().out
     phases = [p["name"] for p in json.loads(report.read_text())["phases"]]
-    assert {"layer0", "layer1"} <= {name.split()[0] for name in phases}
+    # A forward and a backward phase per layer, whatever the number of micro-batches (they
+    # run phase-major); the global-norm clip adds layer 1's optimizer phase.
+    for layer in ("layer0", "layer1"):
+        assert layer in phases and f"{layer} (backward)" in phases
+    assert "layer1 (optimizer)" in phases
+
+
+def test_micro_batches_must_split_the_batch(
+    gpt: SimpleNamespace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(gpt, "--mesh", "dp=2", "--grad-accumulation", "3", "--steps", "1") == 2
+    assert "does not split into 3 micro-batches over dp=2" in capsys.readouterr().err
 
 
 def saved(folder: Path) -> dict[str, np.ndarray]:

@@ -117,9 +117,7 @@ def test_wrong_schema(report: ipujax.CostReport) -> None:
 def test_version_1_reads_with_the_new_phase_fields_zero(report: ipujax.CostReport) -> None:
     data = _data(report)
     data["version"] = 1
-    data["phases"] = [
-        {"name": "layer0", "cycles": 10, "streaming_bytes": 8, "peak_tile_bytes": 4}
-    ]
+    data["phases"] = [{"name": "layer0", "cycles": 10, "streaming_bytes": 8, "peak_tile_bytes": 4}]
     old = ipujax.CostReport.from_json(json.dumps(data))
     assert old.phases == (ipujax.PhaseCost("layer0", 10, 8, 4),)
     assert old.phases[0].load_bytes == old.phases[0].kept_bytes == 0
