@@ -63,7 +63,13 @@ def test_auto_finds_the_programs_own_scopes() -> None:
     assert scope_blocks(compiled.program) == ["block0", "block1", "head"]
     names = [p.name for p in compiled.cost_report().phases]
     # The gradient needs no forward value of the head's sum: its forward phase has no work.
-    assert names == ["block0", "block1", "head (backward)", "block1 (backward)", "block0 (backward)"]
+    assert names == [
+        "block0",
+        "block1",
+        "head (backward)",
+        "block1 (backward)",
+        "block0 (backward)",
+    ]
 
 
 def _reused(x, w):
