@@ -28,7 +28,7 @@ from partitioner import (
 )
 
 SCHEMA = "ipujax.cost_report"
-VERSION = 2  # 2: phases record their loads, stores and kept bytes
+VERSION = 2  # 2: phases record their loads, stores and kept bytes; host bytes
 READABLE = (1, 2)  # a version-1 report reads with those phase fields zero
 
 
@@ -44,6 +44,7 @@ _RECORDS = {
     "top_tiles": TileUsage,
 }
 _ARRAYS = ("tile_memory", "always_live")
+_SINCE_V2 = ("host_bytes",)  # fields a version-1 report lacks, read as their defaults
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +71,7 @@ class CostReport:
     collectives: tuple[CollectiveCost, ...] = ()
     phases: tuple[PhaseCost, ...] = ()
     top_tiles: tuple[TileUsage, ...] = ()
+    host_bytes: int = 0  # all IPUs, to and from the host (version 2)
 
     @property
     def seconds(self) -> float:
@@ -97,18 +99,14 @@ class CostReport:
 
     def time_split(self) -> dict[str, float]:
         """The step's seconds by what they are spent on: compute sets, on-chip exchange, syncs
-        on one IPU, collectives over IPU-Links (their rings and group syncs), and streaming
-        memory (what compute does not hide)."""
-        split = dict.fromkeys(("compute", "exchange", "sync", "collectives", "streaming"), 0)
+        on one IPU, collectives over IPU-Links (their rings and group syncs), streaming memory
+        and the host (what compute does not hide)."""
+        kinds = {"collective": "collectives", "stream": "streaming", "host": "host"}
+        split = dict.fromkeys(("compute", "exchange", "sync", *kinds.values()), 0)
         for s in self.supersteps:
             split["compute"] += s.compute_cycles
             split["exchange"] += s.exchange_cycles
-            if s.kind == "collective":
-                split["collectives"] += s.link_cycles + s.sync_cycles
-            elif s.kind == "stream":
-                split["streaming"] += s.link_cycles + s.sync_cycles
-            else:
-                split["sync"] += s.sync_cycles + s.link_cycles
+            split[kinds.get(s.kind, "sync")] += s.link_cycles + s.sync_cycles
         return {k: v / self.clock_hz for k, v in split.items()}
 
     # ---- text ------------------------------------------------------------------------------
@@ -127,7 +125,8 @@ class CostReport:
             f"fits: {fits}",
             f"exchange        {self.exchange_bytes:,} bytes on chip per IPU",
             f"IPU-Links       {self.ipu_link_bytes:,} bytes; "
-            f"streaming {self.streaming_bytes:,} bytes (all IPUs)",
+            f"streaming {self.streaming_bytes:,} bytes; host {self.host_bytes:,} bytes "
+            "(all IPUs)",
             f"supersteps      {len(self.supersteps)}",
         ]
         lines += ["", "cycles by op:"]
@@ -167,6 +166,8 @@ class CostReport:
     @classmethod
     def from_dict(cls, data: Any) -> CostReport:
         _check_header(data)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.name in _SINCE_V2}
+        data = {**defaults, **data}
         fields = {f.name for f in dataclasses.fields(cls)}
         missing = sorted(fields - set(data))
         if missing:
@@ -203,6 +204,7 @@ _SCALARS: dict[str, tuple[type, ...]] = {
     "exchange_bytes": (int,),
     "ipu_link_bytes": (int,),
     "streaming_bytes": (int,),
+    "host_bytes": (int,),
 }
 
 
@@ -266,6 +268,7 @@ def build_report(built: Built) -> CostReport:
         exchange_bytes=cost.exchange_bytes,
         ipu_link_bytes=cost.link_bytes * mesh.ipus,
         streaming_bytes=cost.streaming_bytes * mesh.ipus,
+        host_bytes=cost.host_bytes * mesh.ipus,
         # Every IPU runs the same per-IPU program (SPMD), so every IPU's tiles hold the same.
         tile_memory=np.repeat(tiles, mesh.ipus, axis=0),
         always_live=np.repeat(always, mesh.ipus, axis=0),

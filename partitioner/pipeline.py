@@ -16,6 +16,7 @@ per-IPU BSP program with its memory and its cost.
     memory         per-tile bytes by liveness, phase-aware; activations that fit stay on chip;
                    OutOfMemoryError if over
     streaming      per-phase loads, stores and gathers; streaming memory's capacity
+    host           the step's inputs from and results to the host
     cost           the step's supersteps, collectives, phases and totals
 
 Each pass is a pure function of what the earlier ones made. `ipujax` calls `build`, then builds
@@ -31,6 +32,7 @@ from typing import Any
 from jax.sharding import PartitionSpec
 
 from lowering import Graph, unroll_loops, verify
+from partitioner.cost.host import host_io, host_rate, host_supersteps
 from partitioner.cost.links import LinkModel
 from partitioner.cost.streaming import (
     PhaseStream,
@@ -46,7 +48,7 @@ from partitioner.memory import TileMemory, check_memory, tile_memory
 from partitioner.mesh import Mesh
 from partitioner.partition import Partitioned, partition
 from partitioner.phases import PhasePlan, compute_target, phased_hint, split_phases
-from partitioner.program import Program
+from partitioner.program import Program, Superstep
 from partitioner.propagation import propagate_shardings
 from partitioner.replicas import check_replica_axes, derive_replica_axes, varying_axes
 from partitioner.rts import Sharded, shard_phases, unsharded
@@ -164,15 +166,27 @@ def cost_step(
     memory: TileMemory,
     streams: Sequence[PhaseStream],
     target: Target,
+    host: tuple[Superstep, Superstep],
 ) -> StepCost:
     if plan is None:
-        return step_cost(program, None, (), target)
+        return step_cost(program, None, (), target, host)
     compute = [
         sum(step.cycles for task in program.tasks[a:b] for step in task.supersteps)
         for a, b in plan.bounds.bounds
     ]
     phases = phase_costs(plan.names, compute, streams, memory.phase_peaks, target)
-    return step_cost(program, plan.bounds, phases, target)
+    return step_cost(program, plan.bounds, phases, target, host)
+
+
+def host_transfers(
+    graph: Graph, program: Program, mesh: Mesh, target: Target, phased: bool
+) -> tuple[Superstep, Superstep]:
+    """The step's host transfers; a phased program's IO tiles hide them behind its compute."""
+    rate = host_rate(target, mesh.system, mesh.ipus)
+    hidden = 0
+    if phased and target.phase_io_tiles:
+        hidden = sum(s.compute_cycles for s in program.supersteps)
+    return host_supersteps(host_io(graph), target, rate, hidden)
 
 
 def build(
@@ -209,5 +223,6 @@ def build(
             needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept)
             check_capacity(needed, mesh.target)
         streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links)
-    cost = cost_step(program, plan, memory, streams, target)
+    host = host_transfers(local, program, mesh, target, plan is not None)
+    cost = cost_step(program, plan, memory, streams, target, host)
     return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept)

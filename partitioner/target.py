@@ -67,6 +67,11 @@ class Target:
     streaming_bytes_per_ipu: int = 32 * 10**9
     io_tiles: int | None = None
     streaming_latency_cycles: int = 3000
+    # Host <-> IPU, per step: 7 GB/s and 50,000 cycles per transfer in Graphcore's own pipeline
+    # cost model (C); the machine's 100 GbE host link (V) shared by its IPUs caps it.
+    host_bytes_per_second: float = 7e9
+    host_latency_cycles: int = 50_000
+    host_link_bytes_per_second_per_machine: float = 100e9 / 8
 
     def __post_init__(self) -> None:
         if self.tiles_per_ipu < 1 or self.bytes_per_tile < 1 or self.clock_hz <= 0:

@@ -42,3 +42,12 @@ def assert_trees_close(ours: Any, expected: Any, rtol: float = 1e-5, atol: float
             np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
         else:
             np.testing.assert_array_equal(a, b)
+
+
+def device_steps(report: ipujax.CostReport) -> list[ipujax.SuperstepCost]:
+    """The supersteps that run on the IPUs: all but the transfers from and to the host."""
+    return [s for s in report.supersteps if s.kind != "host"]
+
+
+def device_cycles(report: ipujax.CostReport) -> int:
+    return sum(s.cycles for s in device_steps(report))

@@ -116,10 +116,11 @@ class Kinds:
     sync: int
     link: int = 0  # collectives' rings over the IPU-Links
     stream: int = 0  # streaming memory that compute does not hide (phased programs)
+    host: int = 0  # transfers from and to the host that compute does not hide
 
     @property
     def total(self) -> int:
-        return self.compute + self.exchange + self.sync + self.link + self.stream
+        return self.compute + self.exchange + self.sync + self.link + self.stream + self.host
 
     def rows(self) -> tuple[tuple[str, str, int], ...]:
         """(kind, PopVision step, cycles) in the order the tables list them."""
@@ -129,6 +130,7 @@ class Kinds:
             ("sync", "Sync", self.sync),
             ("IPU-Links", "GlobalExchange", self.link),
             ("streaming", "StreamCopy", self.stream),
+            ("host", "StreamCopy (host)", self.host),
         )
 
 
@@ -138,8 +140,9 @@ def kind_totals(report: CostReport) -> Kinds:
         compute=sum(s.compute_cycles for s in steps),
         exchange=sum(s.exchange_cycles for s in steps),
         sync=sum(s.sync_cycles for s in steps),
-        link=sum(s.link_cycles for s in steps if s.kind != "stream"),
+        link=sum(s.link_cycles for s in steps if s.kind not in ("stream", "host")),
         stream=sum(s.link_cycles for s in steps if s.kind == "stream"),
+        host=sum(s.link_cycles for s in steps if s.kind == "host"),
     )
 
 

@@ -302,7 +302,10 @@ def communication_tables(report: CostReport) -> list[RenderableType]:
     )
     table.add_row("IPU-Links", m.fmt_bytes(report.ipu_link_bytes))
     table.add_row("streaming memory", m.fmt_bytes(report.streaming_bytes))
-    table.add_row("host", Text("not modelled yet", style="dim"))
+    table.add_row(
+        "host",
+        f"{m.fmt_bytes(report.host_bytes)} in {m.fmt_int(kinds.host)} cycles not hidden",
+    )
     out: list[RenderableType] = [table]
     if not report.collectives:
         out.append(Text.assemble(("Collectives (IPU-Link bytes): ", "bold"), "none"))

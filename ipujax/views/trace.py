@@ -56,10 +56,12 @@ class _Threads:
 
 def _step_slices(step: SuperstepCost) -> list[tuple[str, int]]:
     """(PopVision step kind, cycles) in the order a superstep runs them."""
+    # Streaming memory and the host are StreamCopy in PopVision; IPU-Links GlobalExchange.
+    off_chip = "StreamCopy" if step.kind in ("stream", "host") else "GlobalExchange"
     parts = [
         ("Sync", step.sync_cycles),
         ("DoExchange", step.exchange_cycles),
-        ("GlobalExchange", step.link_cycles),
+        (off_chip, step.link_cycles),
         ("OnTileExecute", step.compute_cycles),
     ]
     return [(kind, cycles) for kind, cycles in parts if cycles > 0]

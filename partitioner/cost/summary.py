@@ -34,6 +34,7 @@ class StepCost:
     link_bytes: int  # over IPU-Links: collectives and replicated tensor sharding's gathers
     streaming_bytes: int  # to and from streaming memory
     peak_flops_per_cycle: int  # per tile, at the precision of the largest contraction
+    host_bytes: int = 0  # to and from the host
 
 
 def matmul_dtype(program: Program) -> np.dtype:
@@ -80,9 +81,13 @@ def step_cost(
     bounds: PhaseBounds | None,
     phases: Sequence[PhaseCost],
     target: Target,
+    host: tuple[Superstep, Superstep] | None = None,
 ) -> StepCost:
-    """The cost of one step of `program` on `target` (its compute tiles), phased by `bounds`."""
+    """The cost of one step of `program` on `target` (its compute tiles), phased by `bounds`,
+    between its transfers from and to the host."""
     steps = tuple(_in_order(program, bounds, phases, target))
+    if host is not None:
+        steps = (host[0], *steps, host[1])
     collectives = tuple(s.collective for s in program.supersteps if s.collective is not None)
     return StepCost(
         supersteps=steps,
@@ -90,8 +95,9 @@ def step_cost(
         phases=tuple(phases),
         total_cycles=sum(s.cycles for s in steps),
         flops=sum(s.flops for s in steps),
-        exchange_bytes=sum(s.exchange_bytes for s in steps if s.kind != "stream"),
+        exchange_bytes=sum(s.exchange_bytes for s in steps if s.kind not in ("stream", "host")),
         link_bytes=sum(c.bytes_per_ipu for c in collectives) + sum(p.link_bytes for p in phases),
         streaming_bytes=sum(p.streaming_bytes for p in phases),
         peak_flops_per_cycle=amp_flops_per_cycle(target, matmul_dtype(program)),
+        host_bytes=sum(s.exchange_bytes for s in steps if s.kind == "host"),
     )

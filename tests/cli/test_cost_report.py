@@ -52,7 +52,7 @@ def test_tables_and_json_match_the_api(gpt_files) -> None:
     assert re.search(r"fits\s+yes", out)
     assert "Collectives (IPU-Link bytes): none" in out
     assert "Phases: none (phases=None)" in out
-    assert re.search(r"host\s+not modelled yet", out)
+    assert re.search(r"host\s+[\d.,]+ [KMG]?i?B in [\d,]+ cycles not hidden", out)
     assert "examples/tiny_gpt.py:" in out  # source lines, shortened
     assert f"{100 * expected.flop_utilisation:.2f}% of peak" in out
     assert f"wrote cost report JSON to {gpt_files.json}" in out

@@ -74,7 +74,7 @@ def test_page_is_well_formed_and_self_contained(gpt_files) -> None:
     assert f"{report.total_cycles:,}" in text
     for heading in ("Summary", "Memory", "Execution", "Communication", "Phases"):
         assert heading in text
-    assert "none (phases=None)" in text and "not modelled yet" in text
+    assert "none (phases=None)" in text and "cycles not hidden" in text  # host traffic
     assert page.count("<rect") >= report.tiles_per_ipu  # a square per tile in the heatmap
 
 

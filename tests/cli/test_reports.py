@@ -67,11 +67,18 @@ def test_diff_of_16_against_1472_tiles(cli, mlp_reports) -> None:
 
 
 def test_diff_of_mk2_against_bow_changes_time_not_cycles(cli, mlp_reports) -> None:
+    """The same chip at another clock: the same cycles on it. The host transfers move their
+    bytes in the same seconds whatever the clock, so the step's total cycles differ."""
     run = cli("report", "diff", str(mlp_reports["mk2"]), str(mlp_reports["bow"]))
     assert run.code == 0, run.err
     assert re.search(r"target\s+mk2\s+bow\s+changed", run.out)
-    assert re.search(r"total cycles(\s+[\d,]+){2}\s+0\s+0%", run.out)
-    assert re.search(r"time per step\s+\S+ [µn]s\s+\S+ [µn]s\s+-\S+ [µn]?s\s+-28\.38%", run.out)
+    for kind in ("compute", "exchange", "sync"):
+        assert re.search(rf"{kind} cycles(\s+[\d,]+){{2}}\s+0\s+0%", run.out), kind
+    a = CostReport.from_json(mlp_reports["mk2"].read_text())
+    b = CostReport.from_json(mlp_reports["bow"].read_text())
+    device = [sum(s.cycles for s in r.supersteps if s.kind != "host") for r in (a, b)]
+    assert device[0] == device[1]
+    assert a.seconds > b.seconds
 
 
 def test_diff_of_a_report_with_itself_has_no_deltas(cli, gpt_files) -> None:

@@ -55,12 +55,14 @@ def test_trace_of_the_tiny_gpt(gpt_files) -> None:
     trace = json.loads(gpt_files.trace.read_text())
     slices = check_chrome_trace(trace)
     assert abs(_span(slices) - report.seconds * 1e6) <= 1e-3
-    assert {e["cat"] for e in slices} == {"Sync", "DoExchange", "OnTileExecute"}
+    assert {e["cat"] for e in slices} == {"Sync", "DoExchange", "OnTileExecute", "StreamCopy"}
     assert all(e["name"].startswith(e["cat"] + ": ") for e in slices)
+    hosts = [e for e in slices if e["cat"] == "StreamCopy"]  # the host transfers
+    assert [e["args"]["step_name"] for e in hosts] == ["host: inputs", "host: outputs"]
     computes = [e for e in slices if e["cat"] == "OnTileExecute"]
     assert len(computes) == sum(1 for s in report.supersteps if s.compute_cycles > 0)
     assert sum(e["args"]["cycles"] for e in slices) == report.total_cycles
-    first = report.supersteps[0]
+    first = report.supersteps[1]  # after the host transfer
     assert computes[0]["args"]["tiles"] == first.tiles and computes[0]["args"]["op"] == first.op
     names = {
         (e["name"], e["args"]["name"])
@@ -75,7 +77,7 @@ def test_trace_of_the_tiny_gpt(gpt_files) -> None:
 def test_each_superstep_is_sync_exchange_compute_in_order(gpt_files) -> None:
     slices = check_chrome_trace(json.loads(gpt_files.trace.read_text()))
     report = CostReport.from_json(gpt_files.json.read_text())
-    order = {"Sync": 0, "DoExchange": 1, "GlobalExchange": 2, "OnTileExecute": 3}
+    order = {"Sync": 0, "DoExchange": 1, "GlobalExchange": 2, "StreamCopy": 2, "OnTileExecute": 3}
     by_step = defaultdict(list)
     for e in sorted(slices, key=lambda e: e["ts"]):
         by_step[e["args"]["superstep"]].append(e)
@@ -118,7 +120,8 @@ def test_collectives_and_phases_get_their_own_slices(gpt_files) -> None:
     assert {e["cat"] for e in slices} == KINDS
     assert {e["pid"] for e in slices} == {0, 1}  # every IPU runs the same program
     for pid in (0, 1):
-        mine = [e for e in slices if e["pid"] == pid and e["cat"] != "StreamCopy"]
+        phases = {e["tid"] for e in slices if e["name"].startswith("StreamCopy: phase ")}
+        mine = [e for e in slices if e["pid"] == pid and e["tid"] not in phases]
         assert sum(e["args"]["cycles"] for e in mine) == report.total_cycles + 300
     links = [e for e in slices if e["cat"] == "GlobalExchange" and e["pid"] == 0]
     ring, extra = sorted(links, key=lambda e: e["ts"])
@@ -132,7 +135,7 @@ def test_collectives_and_phases_get_their_own_slices(gpt_files) -> None:
     assert threads[0, ring["tid"]] == "sync group dp"
     assert threads[0, extra["tid"]] == "IPU-Links (GlobalExchange)"  # no superstep carries it
     assert extra["ts"] == pytest.approx(report.seconds * 1e6)  # so it goes after the program
-    streams = [e for e in slices if e["cat"] == "StreamCopy"]
+    streams = [e for e in slices if e["name"].startswith("StreamCopy: phase ")]
     assert sorted(e["args"]["streaming_bytes"] for e in streams) == [1 << 20] * 2 + [1 << 21] * 2
     processes = [e for e in trace["traceEvents"] if e["name"] == "process_name"]
     assert [e["args"]["name"] for e in processes] == ["IPU 0 (bow)", "IPU 1 (bow)"]

@@ -72,7 +72,7 @@ def _communication(report: CostReport) -> str:
         ("on-chip exchange", f"{m.fmt_bytes(report.exchange_bytes)} in {kinds.exchange:,} cycles"),
         ("IPU-Links", m.fmt_bytes(report.ipu_link_bytes)),
         ("streaming memory", m.fmt_bytes(report.streaming_bytes)),
-        ("host", "not modelled yet"),
+        ("host", f"{m.fmt_bytes(report.host_bytes)} in {kinds.host:,} cycles not hidden"),
     ]
     overview = table(("traffic", "bytes"), rows)
     if report.collectives:

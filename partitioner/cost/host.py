@@ -1,0 +1,134 @@
+"""Host IO: what one step streams between the host and each IPU, and what it costs
+(docs/target.md, "Streaming memory, host and phases").
+
+State stays on the device from step to step, as Poplar keeps a model's variables: an argument
+that a step returns updated, along with other results (a returned pytree of the argument's
+structure and types: weights, optimizer state), is not sent each step. Every other argument (the batch, labels, a
+learning rate) comes from the host, each IPU receiving its own share, and every other result
+(the loss, metrics) goes back. (An inference function `f(params, x)` does not return its
+weights, so they count as sent each step: a step's cost as if the weights were new.) A transfer costs a latency and its bytes at the host rate, which the machine's host
+link caps when its IPUs all transfer; with IO tiles it hides behind the step's compute.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lowering import Graph, SourceLoc, Value
+from partitioner.mesh import System
+from partitioner.program import Superstep
+from partitioner.target import Target
+
+
+@dataclass(frozen=True, slots=True)
+class HostIO:
+    """Bytes each IPU receives from and sends to the host in one step."""
+
+    input_bytes: int = 0
+    output_bytes: int = 0
+
+
+def _returns_several(tree: Any) -> bool:
+    return (
+        tree is not None and tree.node_data() is not None and tree.node_data()[0] in (tuple, list)
+    )
+
+
+def _units(tree: Any, values: Sequence[Value], top: bool) -> list[tuple[Any, list[Value]]]:
+    """The top-level pytrees of a function's arguments (`top`: each positional argument and
+    keyword value) or results (each element of a returned tuple or list), with their leaves."""
+    if tree is None:
+        return [(None, [v]) for v in values]
+    children = tree.children()
+    if top:  # ((args...), {kwargs...})
+        children = [c for part in children for c in part.children()]
+    elif not _returns_several(tree):
+        children = [tree]
+    units, start = [], 0
+    for child in children:
+        units.append((child, list(values[start : start + child.num_leaves])))
+        start += child.num_leaves
+    return units
+
+
+def _key(unit: tuple[Any, list[Value]]) -> tuple:
+    tree, leaves = unit
+    return (str(tree), tuple((v.shape, v.dtype) for v in leaves))
+
+
+def _per_step(graph: Graph) -> tuple[list[Value], list[Value]]:
+    """The arguments and results a step exchanges with the host: of a step that returns several
+    things, each returned pytree that has the structure and types of an argument (in order,
+    each argument once) is that argument's update, a state the device keeps; every other
+    argument and result goes through the host."""
+    arguments = _units(graph.in_tree, graph.inputs, top=True)
+    results = _units(graph.out_tree, graph.outputs, top=False)
+    if not _returns_several(graph.out_tree):
+        return list(graph.inputs), list(graph.outputs)
+    kept: set[int] = set()
+    sent: list[Value] = []
+    for result in results:
+        match = next(
+            (i for i, a in enumerate(arguments) if i not in kept and _key(a) == _key(result)),
+            None,
+        )
+        if match is None:
+            sent += result[1]
+        else:
+            kept.add(match)
+    received = [v for i, (_, leaves) in enumerate(arguments) if i not in kept for v in leaves]
+    return received, sent
+
+
+def host_io(graph: Graph) -> HostIO:
+    """What one IPU of `graph` (a per-IPU program) exchanges with the host per step."""
+    arguments, results = _per_step(graph)
+    return HostIO(sum(v.nbytes for v in arguments), sum(v.nbytes for v in results))
+
+
+def host_rate(target: Target, system: System | None, ipus: int) -> float:
+    """Bytes per second between the host and each IPU: the host rate, or the IPUs' share of
+    their machine's host link when they all transfer at once."""
+    sharing = min(ipus, system.ipus_per_machine) if system is not None else 1
+    machine = target.host_link_bytes_per_second_per_machine / sharing
+    return min(target.host_bytes_per_second, machine)
+
+
+def host_cycles(target: Target, nbytes: int, rate: float) -> int:
+    """One transfer: the latency, then the bytes at `rate`; nothing to send, nothing charged."""
+    if nbytes <= 0:
+        return 0
+    return target.host_latency_cycles + math.ceil(nbytes * target.clock_hz / rate)
+
+
+def host_supersteps(
+    io: HostIO, target: Target, rate: float, hidden: int
+) -> tuple[Superstep, Superstep]:
+    """The step's transfers from and to the host, as supersteps of their own at its start and
+    end: what `hidden` cycles of compute (IO tiles streaming while others compute) do not
+    cover is exposed."""
+    steps = []
+    for name, nbytes in (("inputs", io.input_bytes), ("outputs", io.output_bytes)):
+        cycles = host_cycles(target, nbytes, rate)
+        covered = min(cycles, hidden)
+        hidden -= covered
+        steps.append(
+            Superstep(
+                name=f"host: {name}",
+                op="host_copy",
+                source=str(SourceLoc()),
+                tiles=0,
+                flops=0,
+                exchange_bytes=nbytes,
+                compute_cycles=0,
+                exchange_cycles=0,
+                sync_cycles=0,
+                sync_group="host",
+                link_cycles=cycles - covered,
+                kind="host",
+            )
+        )
+    return steps[0], steps[1]
