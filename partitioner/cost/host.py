@@ -3,11 +3,12 @@
 
 State stays on the device from step to step, as Poplar keeps a model's variables: an argument
 that a step returns updated, along with other results (a returned pytree of the argument's
-structure and types: weights, optimizer state), is not sent each step. Every other argument (the batch, labels, a
-learning rate) comes from the host, each IPU receiving its own share, and every other result
-(the loss, metrics) goes back. (An inference function `f(params, x)` does not return its
-weights, so they count as sent each step: a step's cost as if the weights were new.) A transfer costs a latency and its bytes at the host rate, which the machine's host
-link caps when its IPUs all transfer; with IO tiles it hides behind the step's compute.
+structure and types: weights, optimizer state), is not sent each step. Every other argument
+(the batch, labels, a learning rate) comes from the host, each IPU receiving its own share, and
+every other result (the loss, metrics) goes back. An inference function `f(params, x)` does not
+return its weights, so they count as sent each step. A transfer costs a latency and its bytes at
+the host rate, which the machine's host link caps when its IPUs all transfer; with IO tiles it
+hides behind the step's compute.
 """
 
 from __future__ import annotations
