@@ -48,6 +48,7 @@ class Section:
     meaning: str  # what each number means, for RESULTS.md
     goals: tuple[tuple[str, bool], ...] = ()  # (what, met)
     notes: tuple[str, ...] = ()  # lines printed under the table
+    files: tuple[tuple[Path, str], ...] = ()  # other files the run writes (path, text)
 
 
 def _first_line(path: str, prefix: str) -> str:

@@ -17,6 +17,8 @@ sections, any subset of which `--only` picks:
   child process: lower and compile seconds and the process's peak host memory.
 * memory: the GPT step and a matmul chain compiled and run on a 16-tile and a 1,472-tile Bow, a
   child process each: peak host memory, which should not grow with the tile count.
+* fidelity: every published figure of `ipujax/fidelity.py` against ipujax's cost report, their
+  ratios; rewrites docs/fidelity.md too.
 
 Child processes are this file run with `--child KIND JSON`; each prints its figures as JSON. Peak
 memory is the child's `VmHWM` (see `measuring.peak_memory_bytes`). Each section's goal is printed
@@ -29,8 +31,8 @@ This file is the command line and runs the sections in order; the rest lives bes
 concept per module (they import each other by their plain names, benchmarks/ being on sys.path):
 `setups.py` (what to measure: `FULL`, `QUICK`), `programs.py` (the GPT step, the matmul chain,
 Bow targets), `measuring.py` (timing, peak memory, child processes), `timing.py` (the run and
-compile sections), `spmd.py`, `gpt3.py` and `memory.py` (a section each, with its child), and
-`results.py` (tables, the machine's details, RESULTS.md).
+compile sections), `spmd.py`, `gpt3.py` and `memory.py` (a section each, with its child),
+`fidelity.py`, and `results.py` (tables, the machine's details, RESULTS.md).
 
     python benchmarks/run.py                                  # everything; writes RESULTS.md
     python benchmarks/run.py --only run,compile --repeats 3 --no-write
@@ -53,6 +55,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+from fidelity import fidelity_section  # noqa: E402
 from gpt3 import child_cost, gpt3_section  # noqa: E402
 from measuring import log, warm_up_jax  # noqa: E402
 from memory import child_memory, memory_section  # noqa: E402
@@ -71,7 +74,7 @@ from spmd import child_xla, spmd_section  # noqa: E402
 from spmd_compare import REPO  # noqa: E402
 from timing import compile_section, measure_mesh, run_section  # noqa: E402
 
-SECTIONS = ("run", "compile", "spmd", "gpt3", "memory")
+SECTIONS = ("run", "compile", "spmd", "gpt3", "memory", "fidelity")
 CHILDREN: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "xla": child_xla,
     "cost": child_cost,
@@ -98,12 +101,13 @@ def measure(
         "spmd": lambda: spmd_section(setup, [r for r in runs if r.mesh.ipus > 1], repeats),
         "gpt3": lambda: gpt3_section(setup),
         "memory": lambda: memory_section(setup),
+        "fidelity": lambda: fidelity_section(setup),
     }
     sections = []
     for name in (n for n in SECTIONS if n in only):
         start = time.perf_counter()
         sections.append(builders[name]())
-        if name in ("spmd", "gpt3", "memory"):
+        if name in ("spmd", "gpt3", "memory", "fidelity"):
             timings[name] = time.perf_counter() - start
         print(f"\n## {sections[-1].title}\n\n{sections[-1].table}", flush=True)
         for note in sections[-1].notes:
@@ -155,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_write:
         write_atomically(RESULTS, render(sections, about, command, timings))
         log(f"wrote {RESULTS.relative_to(REPO)}")
+        for path, text in (f for s in sections for f in s.files):
+            write_atomically(path, text)
+            log(f"wrote {path.relative_to(REPO)}")
     return 0
 
 

@@ -41,6 +41,7 @@ class Setup:
     memory_tiles: tuple[int, ...]
     memory_programs: tuple[str, ...]  # "gpt" (the step above), "matmul" (a chain)
     matmul: tuple[int, int]  # the matmul chain: size, depth
+    fidelity: str  # the published figures whose name contains this ("" for all)
 
     @property
     def many(self) -> tuple[MeshSpec, ...]:
@@ -58,6 +59,7 @@ FULL = Setup(
     memory_tiles=(16, 1472),
     memory_programs=("gpt", "matmul"),
     matmul=(2048, 4),
+    fidelity="",
 )
 QUICK = Setup(
     config={"vocab": 256, "seq": 16, "layers": 2, "d_model": 32, "heads": 4},
@@ -70,6 +72,7 @@ QUICK = Setup(
     memory_tiles=(16, 32),
     memory_programs=("matmul",),
     matmul=(128, 2),
+    fidelity="[16, 16] x [16, 16]",
 )
 
 

@@ -4,6 +4,7 @@
                             [--json PATH] [--trace PATH] [--html PATH]
     ipujax report show PATH.json [--trace PATH] [--html PATH]
     ipujax report diff A.json B.json
+    ipujax fidelity [--only TEXT] [--markdown PATH]
 
 SPEC is `path/to/file.py:NAME` or `package.module:NAME`; NAME is a callable returning
 `(fun, args)` or `(fun, args, jit_kwargs)`. User errors (a bad spec, bad flags, a malformed report,
@@ -29,6 +30,7 @@ from typing import Any, NoReturn
 
 from ipujax.api import jit
 from ipujax.errors import IpujaxError
+from ipujax.fidelity import HIGH, LOW
 from ipujax.report import CostReport
 from partitioner import Mesh, Target, make_mesh
 
@@ -332,6 +334,24 @@ def _report_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fidelity(args: argparse.Namespace) -> int:
+    from ipujax import fidelity
+    from ipujax.views.atomic import write_atomic
+    from ipujax.views.fidelity import render_fidelity
+
+    figures = [f for f in fidelity.FIGURES if (args.only or "").lower() in f.name.lower()]
+    if not figures:
+        names = "; ".join(f.name for f in fidelity.FIGURES)
+        raise CliError(f"--only {args.only!r} matches no figure; the figures are: {names}")
+    rows = fidelity.run(figures)
+    console = _console()
+    render_fidelity(console, rows)
+    if args.markdown:
+        write_atomic(args.markdown, fidelity.document(rows))
+        console.print(f"wrote the table to {args.markdown}")
+    return 0 if all(row.within for row in rows) else 1
+
+
 def _add_outputs(parser: argparse.ArgumentParser, *, json_flag: bool) -> None:
     if json_flag:
         parser.add_argument("--json", metavar="PATH", help="write the cost report as JSON")
@@ -381,6 +401,19 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("a", metavar="A.json")
     diff.add_argument("b", metavar="B.json")
     diff.set_defaults(run=_report_diff)
+
+    fidelity = commands.add_parser(
+        "fidelity",
+        help="compare the cost model with every published figure it knows",
+        description="Compile each program behind a published IPU figure, read the same "
+        "quantity from its cost report, and print published, ipujax and their ratio; exits "
+        f"with 1 if any ratio is outside {LOW}-{HIGH}.",
+    )
+    fidelity.add_argument("--only", metavar="TEXT", help="only the figures whose name has TEXT")
+    fidelity.add_argument(
+        "--markdown", metavar="PATH", help="write the table as docs/fidelity.md holds it"
+    )
+    fidelity.set_defaults(run=_fidelity)
     return parser
 
 

@@ -18,18 +18,22 @@ import numpy as np
 
 from ipujax.errors import ReportError
 from partitioner import (
+    MEMORY_CATEGORIES,
+    POPVISION_NAMES,
     Built,
     CollectiveCost,
     PhaseCost,
     Superstep,
+    TileMemory,
     TileUsage,
     fullest_tiles,
     io_tile_bytes,
 )
 
 SCHEMA = "ipujax.cost_report"
-VERSION = 2  # 2: phases record their loads, stores and kept bytes; host bytes
-READABLE = (1, 2)  # a version-1 report reads with those phase fields zero
+VERSION = 3  # 2: phases record their loads, stores and kept bytes; host bytes. 3: memory by
+# PopVision category, per IPU and on each of the fullest tiles
+READABLE = (1, 2, 3)  # older reports read with the fields they lack at their defaults
 
 
 # The report's records are the partitioner's own: a superstep of the schedule, a collective it
@@ -44,7 +48,8 @@ _RECORDS = {
     "top_tiles": TileUsage,
 }
 _ARRAYS = ("tile_memory", "always_live")
-_SINCE_V2 = ("host_bytes",)  # fields a version-1 report lacks, read as their defaults
+# Fields older reports lack, read as their defaults (and `TileUsage.categories` as empty).
+_LATER = ("host_bytes", "memory_categories")
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,6 +77,9 @@ class CostReport:
     phases: tuple[PhaseCost, ...] = ()
     top_tiles: tuple[TileUsage, ...] = ()
     host_bytes: int = 0  # all IPUs, to and from the host (version 2)
+    # (category, bytes) over all tiles of one IPU, every IPU alike; the not-always-live
+    # variables summed at each tile's own peak (version 3; `MEMORY_CATEGORIES` names them)
+    memory_categories: tuple[tuple[str, int], ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -86,6 +94,11 @@ class CostReport:
         return self.peak_tile_bytes <= self.bytes_per_tile
 
     @property
+    def fullest_tile_categories(self) -> tuple[tuple[str, int], ...]:
+        """The fullest tile's bytes by category; empty for reports older than version 3."""
+        return self.top_tiles[0].categories if self.top_tiles else ()
+
+    @property
     def system_flops(self) -> int:
         """FLOPs of all IPUs together in one step."""
         return self.flops * self.ipus
@@ -98,13 +111,14 @@ class CostReport:
         return self.flops / peak if peak else 0.0
 
     def time_split(self) -> dict[str, float]:
-        """The step's seconds by what they are spent on: compute sets, on-chip exchange, syncs
+        """The step's seconds by what they are spent on: compute sets, on-tile copies (layout
+        changes: transposes, rearrangements, slices), on-chip exchange, syncs
         on one IPU, collectives over IPU-Links (their rings and group syncs), streaming memory
         and the host (what compute does not hide)."""
         kinds = {"collective": "collectives", "stream": "streaming", "host": "host"}
-        split = dict.fromkeys(("compute", "exchange", "sync", *kinds.values()), 0)
+        split = dict.fromkeys(("compute", "copies", "exchange", "sync", *kinds.values()), 0)
         for s in self.supersteps:
-            split["compute"] += s.compute_cycles
+            split["copies" if s.kind == "copy" else "compute"] += s.compute_cycles
             split["exchange"] += s.exchange_cycles
             split[kinds.get(s.kind, "sync")] += s.link_cycles + s.sync_cycles
         return {k: v / self.clock_hz for k, v in split.items()}
@@ -123,6 +137,7 @@ class CostReport:
             f"system {self.system_flops:,}",
             f"peak tile mem   {self.peak_tile_bytes:,} of {self.bytes_per_tile:,} bytes, "
             f"fits: {fits}",
+            *self._category_lines(),
             f"exchange        {self.exchange_bytes:,} bytes on chip per IPU",
             f"IPU-Links       {self.ipu_link_bytes:,} bytes; "
             f"streaming {self.streaming_bytes:,} bytes; host {self.host_bytes:,} bytes "
@@ -132,6 +147,14 @@ class CostReport:
         lines += ["", "cycles by op:"]
         lines += [f"  {cycles:>14,}  {op}" for op, cycles in self.cycles_by_op()[:10]]
         return "\n".join(lines)
+
+    def _category_lines(self) -> list[str]:
+        """The fullest tile's bytes by category, when the report has them."""
+        categories = self.fullest_tile_categories
+        if not categories:
+            return []
+        parts = ", ".join(f"{name} {size:,}" for name, size in categories)
+        return [f"  by category   tile {self.top_tiles[0].tile}: {parts}"]
 
     def cycles_by_op(self) -> list[tuple[str, int]]:
         totals: dict[str, int] = {}
@@ -166,7 +189,7 @@ class CostReport:
     @classmethod
     def from_dict(cls, data: Any) -> CostReport:
         _check_header(data)
-        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.name in _SINCE_V2}
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.name in _LATER}
         data = {**defaults, **data}
         fields = {f.name for f in dataclasses.fields(cls)}
         missing = sorted(fields - set(data))
@@ -181,6 +204,7 @@ class CostReport:
                 )
             for name, record in _RECORDS.items():
                 values[name] = tuple(_record(record, r) for r in values[name])
+            values["memory_categories"] = _categories(values["memory_categories"])
         except (TypeError, ValueError) as error:
             raise ReportError(f"the cost report has a malformed field: {error}") from None
         return cls(**values)
@@ -239,6 +263,21 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
+def _categories(raw: Any) -> tuple[tuple[str, int], ...]:
+    """(category, bytes) pairs from their JSON lists, checked."""
+    pairs = _tuples(raw)
+    if not isinstance(pairs, tuple) or not all(
+        isinstance(p, tuple)
+        and len(p) == 2
+        and isinstance(p[0], str)
+        and isinstance(p[1], int)
+        and not isinstance(p[1], bool)
+        for p in pairs
+    ):
+        raise TypeError(f"memory_categories must be [name, bytes] pairs, got {raw!r}")
+    return pairs
+
+
 def _record(record: type, raw: Any) -> Any:
     if not isinstance(raw, dict):
         raise TypeError(f"{record.__name__} entries must be objects, got {type(raw).__name__}")
@@ -276,4 +315,18 @@ def build_report(built: Built) -> CostReport:
         collectives=cost.collectives,
         phases=cost.phases,
         top_tiles=fullest_tiles(memory, built.program, built.graph),
+        memory_categories=_ipu_categories(memory, io),
     )
+
+
+def _ipu_categories(memory: TileMemory, io: np.ndarray) -> tuple[tuple[str, int], ...]:
+    """Each category's bytes over one IPU's tiles; the IO tiles' streaming buffers are
+    not-always-live variables."""
+    sums = {name: int(values.sum()) for name, values in memory.categories().items()}
+    sums["variables_not_always_live"] += int(io.sum())
+    return tuple((name, sums[name]) for name in MEMORY_CATEGORIES)
+
+
+def popvision_name(category: str) -> str:
+    """What PopVision (libpva's `tile.memory.category.<name>`) calls a category's bytes."""
+    return POPVISION_NAMES.get(category, category)

@@ -13,6 +13,8 @@ numbers (`cost/`, docs/target.md). It may import `lowering`, never `ipujax`. The
 its public face; `ipujax` imports nothing else from it.
 """
 
+from partitioner.code_memory import CATEGORIES as MEMORY_CATEGORIES
+from partitioner.code_memory import OP_VERTEX_KINDS, POPVISION_NAMES
 from partitioner.cost.links import CollectiveCost, axis_traffic, ring_bytes
 from partitioner.cost.streaming import PhaseCost, io_tile_bytes
 from partitioner.cost.summary import StepCost
@@ -31,6 +33,9 @@ from partitioner.tile_rules import TILE_RULES
 
 __all__ = [
     "FACTOR_RULES",
+    "MEMORY_CATEGORIES",
+    "OP_VERTEX_KINDS",
+    "POPVISION_NAMES",
     "SYSTEMS",
     "TILE_RULES",
     "Built",

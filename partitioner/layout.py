@@ -53,9 +53,11 @@ class Layout:
 
     def storage(self) -> tuple[int, int, int]:
         """(start, tiles, run): the layout as contiguous runs of the row-major tensor, one per
-        tile, when it splits only its first view dimension; (-1, 0, 0) otherwise. Two layouts
-        with equal storage hold every element on the same tile, so moving between them is free."""
-        if any(g != 1 for g in self.grid[1:]):
+        tile, when it splits only its first view dimension longer than one; (-1, 0, 0)
+        otherwise. Two layouts with equal storage hold every element on the same tile, so
+        moving between them is free."""
+        grid = [g for v, g in zip(self.view, self.grid, strict=True) if v != 1]
+        if any(g != 1 for g in grid[1:]):
             return (-1, 0, 0)
         return (self.start, self.tiles, math.prod(self.block))
 

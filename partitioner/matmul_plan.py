@@ -14,11 +14,14 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from partitioner.cost.compute import matmul_cycles, vector_cycles
+from partitioner.cost.amp import amp_cycles, in_chans_per_group, partials_reduce_cycles
+from partitioner.cost.copies import transpose_cycles
 from partitioner.cost.exchange import exchange_cycles
+from partitioner.cost.vector import binary_cycles, cast_cycles
 from partitioner.target import Target
 
 
@@ -33,10 +36,18 @@ class MatmulPlan:
     serial: int
     cycles: int
     temp_bytes_per_tile: int
+    spread: int = 1  # a K split's partials reduced on k tiles per output block, N split further
+    swap: bool = False  # the AMP's rows are N's and its output channels M's
 
     @property
     def tiles(self) -> int:
         return self.b * self.m * self.n * self.k
+
+    @property
+    def out_grid(self) -> tuple[int, int, int]:
+        """The result's grid over [B, M, N]: the output blocks, each cut over the tiles that
+        reduce its partials."""
+        return (self.b, self.m, self.n * self.spread)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -65,27 +76,119 @@ class _Problem:
     rows: int
     cols: int
     depth: int
-    in_itemsize: int
-    partial_itemsize: int
     in_dtype: np.dtype
+    partial_dtype: np.dtype
+    out_dtype: np.dtype
+    rearrange: tuple[bool, bool]  # lhs, rhs need grouping by channels on their tiles
+
+    @property
+    def in_itemsize(self) -> int:
+        return self.in_dtype.itemsize
+
+
+class TileCycles(NamedTuple):
+    """One tile's cycles for a split: operands rearranged for the AMP, the AMP vertex over
+    every serial chunk, the chunks' partials added up, the K tiles' partials reduced, and the
+    partials cast to the result's type; and whether the AMP runs the operands swapped."""
+
+    rearrange: int
+    amp: int
+    accumulate: int
+    reduce: int
+    cast: int
+    swap: bool = False
+
+
+def _spread(split: tuple[int, ...], cols: int) -> int:
+    """Tiles that share each output block's reduction: the K split, at most a column each."""
+    _, _, n, k = split
+    return min(k, _ceil(cols, n)) if k > 1 else 1
+
+
+def _regroup(elements: int, p: _Problem, t: Target) -> int:
+    """An operand block regrouped so that its channels are innermost in groups the AMP takes:
+    PopLibs transposes it in small [16, channels per group] matrices (`regroupTensor`, whose
+    transposes are the grouping sizes), never as one large matrix."""
+    group = in_chans_per_group(t, p.in_dtype)
+    matrices = _ceil(elements, t.amp_out_chans * group)
+    return transpose_cycles(matrices, t.amp_out_chans, group, p.in_itemsize, t)
+
+
+def tile_cycles(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> TileCycles:
+    """What PopLibs' estimators charge the busiest tile of a split (docs/target.md, "Compute"):
+    `ConvPartial1x1Out` over the tile's [bb, mb, kb] x [bb, kb, nb] blocks (or, operands
+    swapped, [bb, nb, kb] x [bb, kb, mb], whichever is faster: the planner's `swapOperands`),
+    K in `serial` chunks each added into the partials, a transpose of an operand whose
+    channels are not innermost, and for a K split the partials reduced by the k tiles each
+    taking a share of the outputs, then cast to the result's type."""
+    b, m, n, k = split
+    bb, mb, nb, kb = _ceil(p.batch, b), _ceil(p.rows, m), _ceil(p.cols, n), _ceil(p.depth, k)
+    lhs, rhs = p.rearrange
+    rearrange = (_regroup(bb * kb * mb, p, t) if lhs else 0) + (
+        _regroup(bb * kb * nb, p, t) if rhs else 0
+    )
+    outputs = bb * mb * nb
+    chunk = _ceil(kb, serial)
+    swap = False
+    if p.partial_dtype.kind in "fV":
+        plain = amp_cycles(mb, chunk, nb, bb, p.in_dtype, t)
+        swapped = amp_cycles(nb, chunk, mb, bb, p.in_dtype, t)
+        swap = swapped < plain
+        amp = serial * min(plain, swapped)
+    else:  # no AMP for integers: a multiply and an add per product on the vector path
+        amp = serial * 2 * binary_cycles("multiply", outputs * chunk, p.partial_dtype, t)
+    accumulate = 0
+    if serial > 1:  # PopLibs adds each chunk in place (`addInPlaceEstimate`, x serial)
+        accumulate = serial * binary_cycles("add", outputs, p.partial_dtype, t, in_place=True)
+    share = bb * mb * _ceil(p.cols, n * _spread(split, p.cols))
+    # The K tiles' partials reduced, the last stage writing the result's type; without a K
+    # split the partials are cast (both `estimateConvReduceCycles`).
+    float_out = p.out_dtype.itemsize >= 4 or p.out_dtype.kind not in "fV"
+    reduce = partials_reduce_cycles(share, k, t, float_out=float_out)
+    cast = 0
+    if k == 1 and p.out_dtype != p.partial_dtype:
+        cast = cast_cycles(outputs, p.partial_dtype, p.out_dtype, t)
+    return TileCycles(rearrange, amp, accumulate, reduce, cast, swap)
 
 
 def _evaluate(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> MatmulPlan:
     b, m, n, k = split
     bb, mb, nb, kb = _ceil(p.batch, b), _ceil(p.rows, m), _ceil(p.cols, n), _ceil(p.depth, k)
     in_bytes = (bb * mb * kb + bb * kb * nb) * p.in_itemsize
-    partial_bytes = bb * mb * nb * p.partial_itemsize
-    cycles = exchange_cycles(t, in_bytes) + t.sync_cycles
-    cycles += matmul_cycles(t, 2 * bb * mb * nb * kb, p.in_dtype)
-    cycles += (serial - 1) * t.compute_set_overhead_cycles
-    if k > 1:  # partials reduced on the output tiles: receive k blocks, add them up
-        cycles += exchange_cycles(t, k * partial_bytes) + t.sync_cycles
-        cycles += vector_cycles(t, k * bb * mb * nb, np.dtype(np.float32))
+    partial_bytes = bb * mb * nb * p.partial_dtype.itemsize
+    spread = _spread(split, p.cols)
+    cycles = tile_cycles(p, split, serial, t)
+    total = exchange_cycles(t, in_bytes) + t.sync_cycles + sum(cycles[:5])
+    if any(p.rearrange):
+        total += t.sync_cycles
+    if k > 1:  # each tile receives the k partials of its share of an output block
+        total += exchange_cycles(t, k * _ceil(partial_bytes, spread)) + t.sync_cycles
     temp = in_bytes // serial + partial_bytes * (2 if k > 1 else 1)
-    return MatmulPlan(b, m, n, k, serial, cycles, temp)
+    return MatmulPlan(b, m, n, k, serial, total, temp, spread, cycles.swap)
 
 
-@functools.lru_cache(maxsize=4096)
+def problem(
+    batch: int,
+    rows: int,
+    cols: int,
+    depth: int,
+    in_dtype: np.dtype,
+    partial_itemsize: int,
+    out_dtype: np.dtype | None = None,
+    rearrange: tuple[bool, bool] = (False, False),
+) -> _Problem:
+    """A [batch, rows, depth] x [batch, depth, cols] matmul with partials of
+    `partial_itemsize` bytes (f32 for floats), results of `out_dtype` (the partials' type by
+    default) and the operands that need grouping by channels."""
+    in_dtype = np.dtype(in_dtype)
+    floating = in_dtype.kind in "fV"
+    partial = np.dtype(np.float32) if floating else np.dtype(f"i{partial_itemsize}")
+    if floating and partial_itemsize == 8:
+        partial = np.dtype(np.float64)
+    out = np.dtype(out_dtype) if out_dtype is not None else partial
+    return _Problem(batch, rows, cols, depth, in_dtype, partial, out, rearrange)
+
+
 def plan_matmul(
     batch: int,
     rows: int,
@@ -94,11 +197,22 @@ def plan_matmul(
     in_dtype: np.dtype,
     partial_itemsize: int,
     target: Target,
+    out_dtype: np.dtype | None = None,
+    rearrange: tuple[bool, bool] = (False, False),
 ) -> MatmulPlan:
     """The fastest split whose temporaries fit the tile budget; if none fits, the smallest."""
-    problem = _Problem(
-        batch, rows, cols, depth, np.dtype(in_dtype).itemsize, partial_itemsize, np.dtype(in_dtype)
+    return _plan(
+        problem(batch, rows, cols, depth, in_dtype, partial_itemsize, out_dtype, rearrange),
+        target,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(problem: _Problem, target: Target, budget: int | None = None) -> MatmulPlan:
+    """The fastest split whose temporaries fit `budget` bytes per tile (by default the
+    Target's `matmul_memory_budget`); if none fits, the smallest."""
+    budget = target.matmul_memory_budget if budget is None else budget
+    batch, rows, cols, depth = problem.batch, problem.rows, problem.cols, problem.depth
     tiles = target.tiles_per_ipu
     sizes = (batch, rows, cols, depth)
     best: MatmulPlan | None = None
@@ -110,18 +224,18 @@ def plan_matmul(
             plan = _evaluate(problem, split, serial, target)
             if smallest is None or plan.temp_bytes_per_tile < smallest.temp_bytes_per_tile:
                 smallest = plan
-            if plan.temp_bytes_per_tile <= target.matmul_memory_budget and (
+            if plan.temp_bytes_per_tile <= budget and (
                 best is None or (plan.cycles, plan.tiles) < (best.cycles, best.tiles)
             ):
                 best = plan
     if best is not None:
-        best = _stretched(problem, best, target)
+        best = _stretched(problem, best, target, budget)
     chosen = best or smallest
     assert chosen is not None  # the all-ones split is always a candidate
     return chosen
 
 
-def _stretched(problem: _Problem, plan: MatmulPlan, target: Target) -> MatmulPlan:
+def _stretched(problem: _Problem, plan: MatmulPlan, target: Target, budget: int) -> MatmulPlan:
     """The plan with one dimension split further, to use the tiles a power-of-two grid leaves
     idle (1,472 = 23 x 64), when that is faster and fits: PopLibs searches uneven splits too."""
     tiles = target.tiles_per_ipu
@@ -136,32 +250,27 @@ def _stretched(problem: _Problem, plan: MatmulPlan, target: Target) -> MatmulPla
         candidate = (*split[:dim], wider, *split[dim + 1 :])
         for serial in _serial_candidates(_ceil(problem.depth, candidate[3])):
             trial = _evaluate(problem, candidate, serial, target)
-            if trial.temp_bytes_per_tile <= target.matmul_memory_budget and (
-                trial.cycles < best.cycles
-            ):
+            if trial.temp_bytes_per_tile <= budget and trial.cycles < best.cycles:
                 best = trial
     return best
 
 
-def serialised(
-    batch: int,
-    rows: int,
-    cols: int,
-    depth: int,
-    in_dtype: np.dtype,
-    partial_itemsize: int,
-    target: Target,
-    budget: int,
-) -> MatmulPlan:
+def with_budget(problem: _Problem, target: Target, budget: int) -> MatmulPlan:
+    """What PopLibs plans when given less memory: the planned split with K in more serial
+    chunks, the fewest whose temporaries fit `budget` bytes per tile, which keeps the output's
+    grid; if none does, the fastest split of all that fits (or the smallest there is)."""
+    plan = serialised(problem, target, budget)
+    if plan.temp_bytes_per_tile <= budget:
+        return plan
+    return _plan(problem, target, budget)
+
+
+def serialised(problem: _Problem, target: Target, budget: int) -> MatmulPlan:
     """The planned split with K in more serial chunks, the fewest whose temporaries fit
-    `budget` bytes per tile (or the most there are): what PopLibs plans when given less
-    memory, keeping the output's layout, since the grid of tiles is unchanged."""
-    plan = plan_matmul(batch, rows, cols, depth, in_dtype, partial_itemsize, target)
-    problem = _Problem(
-        batch, rows, cols, depth, np.dtype(in_dtype).itemsize, partial_itemsize, np.dtype(in_dtype)
-    )
+    `budget` bytes per tile (or the most there are)."""
+    plan = _plan(problem, target)
     split = (plan.b, plan.m, plan.n, plan.k)
-    choices = _serial_candidates(_ceil(depth, plan.k), _SERIAL + _MORE_SERIAL)
+    choices = _serial_candidates(_ceil(problem.depth, plan.k), _SERIAL + _MORE_SERIAL)
     best = plan
     for serial in (s for s in choices if s > plan.serial):
         best = _evaluate(problem, split, serial, target)

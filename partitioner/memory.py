@@ -2,11 +2,12 @@
 
 Per tile, PopVision shows always-live variables (program inputs such as weights, and constants),
 not-always-live variables (activations and temporaries, live from the task that makes them to the
-last task that reads them), and code. We compute the same from the Program: every value's bytes
-per tile from its layout, its live range from the task order, each task's temporaries (the
-operand blocks an exchange delivers and the partial sums a matmul keeps) during that task alone,
-and an estimate of code and vertex state from the Target. A tile over its budget is an
-`OutOfMemoryError` that names the tile, the bytes, the largest tensors there and the remedies.
+last task that reads them), and code and state by category. We compute the same from the
+Program: every value's bytes per tile from its layout, its live range from the task order, each
+task's temporaries (the operand blocks an exchange delivers and the partial sums a matmul keeps)
+during that task alone; vertex code, vertex state, exchange code, control code and stack come
+from `code_memory`. A tile over its budget is an `OutOfMemoryError` that names the tile, the
+bytes, the largest tensors there and the remedies.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowering import ELEMENTWISE, Graph, Op, Value
+from partitioner.code_memory import CodeMemory, code_memory
 from partitioner.errors import OutOfMemoryError
 from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Program, Task
@@ -51,18 +53,36 @@ class Storage:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class TileMemory:
-    """Bytes per tile: always-live, peak not-always-live, code; and the task of the peak."""
+    """Bytes per tile: always-live, peak not-always-live, code and state by category; and the
+    task of the peak."""
 
     always_live: np.ndarray
     not_always_live: np.ndarray
-    code: np.ndarray
+    code_parts: CodeMemory
     peak_task: np.ndarray
     storages: tuple[Storage, ...]
     phase_peaks: tuple[int, ...] = ()  # the fullest tile's bytes in each phase
 
     @property
+    def code(self) -> np.ndarray:
+        """Code, vertex state and stack: all but the variables."""
+        return self.code_parts.total
+
+    @property
     def total(self) -> np.ndarray:
         return self.always_live + self.not_always_live + self.code
+
+    def categories(self) -> dict[str, np.ndarray]:
+        """Bytes per tile in each category (`code_memory.CATEGORIES`); they sum to `total`."""
+        variables = {
+            "variables_always_live": self.always_live,
+            "variables_not_always_live": self.not_always_live,
+        }
+        return {**variables, **self.code_parts.by_category()}
+
+    def categories_of(self, tile: int) -> tuple[tuple[str, int], ...]:
+        """One tile's bytes in each category, in the report's order."""
+        return tuple((name, int(values[tile])) for name, values in self.categories().items())
 
 
 def _roots(program: Program, phases: PhaseBounds | None) -> dict[Value, Value]:
@@ -218,8 +238,8 @@ def tile_memory(
         if s.always_live:
             always[s.layout.start : s.layout.stop] += s.bytes_per_tile
     starts, ends = _events(found, len(program.tasks))
-    code = _code(program, target)
-    extra = always + code
+    code = code_memory(program, target)
+    extra = always + code.total
     live = np.zeros(tiles, np.int64)
     peak = np.zeros(tiles, np.int64)
     peak_task = np.zeros(tiles, np.int64)
@@ -243,7 +263,7 @@ def tile_memory(
     return TileMemory(
         always_live=always,
         not_always_live=peak,
-        code=code,
+        code_parts=code,
         peak_task=peak_task,
         storages=found,
         phase_peaks=tuple(phase_peaks),
@@ -261,22 +281,6 @@ def _events(found: tuple[Storage, ...], tasks: int) -> tuple[dict, dict]:
             starts.setdefault(a, []).append(s)
             ends.setdefault(min(b, tasks - 1), []).append(s)
     return starts, ends
-
-
-def _code(program: Program, target: Target) -> np.ndarray:
-    """Code and vertex state: a fixed amount per tile plus a little per distinct step it takes
-    part in. Identical steps share their code, as Poplar shares vertex code and as phased
-    programs call one compiled layer once per layer, so a deep model of identical layers costs
-    the code of one layer."""
-    tiles = target.tiles_per_ipu
-    code = np.full(tiles, target.fixed_code_bytes, np.int64)
-    distinct = {
-        (s.name, s.start, s.tiles, s.compute_cycles, s.exchange_cycles, s.busiest_tile_bytes)
-        for s in program.supersteps
-    }
-    for _, start, count, *_ in distinct:
-        code[start : min(start + count, tiles)] += target.code_bytes_per_step
-    return code
 
 
 def _apply(live: np.ndarray, item: Storage, sign: int) -> None:
@@ -332,12 +336,14 @@ def largest_on_tile(
 
 @dataclass(frozen=True, slots=True)
 class TileUsage:
-    """One of the fullest tiles at its peak: bytes in all, and its largest tensors."""
+    """One of the fullest tiles at its peak: bytes in all, its largest tensors, and its bytes
+    by category (`code_memory.CATEGORIES`; empty in reports written before they were kept)."""
 
     ipu: int
     tile: int
     bytes: int
     tensors: tuple[tuple[int, str], ...]  # (bytes on this tile, what and where from)
+    categories: tuple[tuple[str, int], ...] = ()  # (category, bytes on this tile)
 
 
 def fullest_tiles(
@@ -353,6 +359,7 @@ def fullest_tiles(
             int(t),
             int(total[t]),
             tuple(largest_on_tile(memory, program, graph, int(t), producers=producers)),
+            memory.categories_of(int(t)),
         )
         for t in fullest
     )

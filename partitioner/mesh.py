@@ -2,9 +2,10 @@
 
 A mesh names axes over IPUs, as `jax.sharding.Mesh` names axes over devices. The IPUs belong to
 a Graphcore system, the smallest that holds them (docs/target.md, "Systems"): an IPU-M2000 or
-Bow-2000 machine (4 IPUs), a Pod16 (4 machines), a Pod64 (16 machines, IPU-Link torus) or a
-Pod256 (4 Pod64s joined by Gateway-Links). The machine and Pod64 sizes are stated here once;
-routing collectives over the links (`cost.links`) reads them from the system.
+Bow-2000 machine (4 IPUs), a Pod16 (4 machines in an open column, a ladder), a Pod64 (16
+machines whose column closes into a ring: the IPU-Link 2D torus) or a Pod256 (4 Pod64s joined by
+Gateway-Links). The machine and Pod64 sizes are stated here once; laying collectives on the links
+(`cost.topology`) reads them, and whether the column is a torus, from the system.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ class System:
     ipus: int
     ipus_per_machine: int = IPUS_PER_MACHINE
     ipus_per_pod64: int = IPUS_PER_POD64
+    torus: bool = False  # the column of machines closes into a ring (V: a Pod64's 2D torus)
 
 
 SYSTEMS: tuple[System, ...] = (
     System("IPU-M2000/Bow-2000", IPUS_PER_MACHINE),
     System("Pod16", 4 * IPUS_PER_MACHINE),
-    System("Pod64", IPUS_PER_POD64),
-    System("Pod256", 4 * IPUS_PER_POD64),
+    System("Pod64", IPUS_PER_POD64, torus=True),
+    System("Pod256", 4 * IPUS_PER_POD64, torus=True),
 )
 
 

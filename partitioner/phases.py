@@ -379,13 +379,14 @@ def split_auto(program: Program, target: Target) -> tuple[Program, PhasePlan]:
 
 
 def _fitted(
-    program: Program, plan: PhasePlan, target: Target, rounds: int = 6
+    program: Program, plan: PhasePlan, target: Target, rounds: int = 10
 ) -> tuple[Program, PhasePlan]:
     """Phases whose fullest tile is over budget fitted as a PopLibs user would: first their
     matmuls re-planned with less temporary memory (K in more serial chunks, as a lower
     `availableMemoryProportion` makes PopLibs plan), then, if still over, cut in two where the
     fewest bytes cross, and again, until every phase fits or nothing helps."""
-    shrunk: set[int] = set()
+    # A phase's matmuls are re-planned again while that keeps shrinking its excess.
+    shrunk: dict[int, int] = {}
     views = _views(program)
     for _ in range(rounds):
         peaks = tile_memory(program, target, plan.bounds).phase_peaks
@@ -396,7 +397,7 @@ def _fitted(
         }
         if not over:
             break
-        fresh = {p: excess for p, excess in over.items() if p not in shrunk}
+        fresh = {p: excess for p, excess in over.items() if excess < shrunk.get(p, excess + 1)}
         if fresh:
             program = _less_memory(program, plan, fresh, target)
             shrunk.update(fresh)
@@ -409,7 +410,7 @@ def _fitted(
         if not budgets:
             break
         plan = _cut(program, plan, budgets, target)
-        shrunk = {p for p in shrunk if p not in budgets}
+        shrunk = {}
     return program, plan
 
 
@@ -418,6 +419,7 @@ def _less_memory(
 ) -> Program:
     """The matmuls of the phases in `excess` re-planned with that much less temporary memory."""
     tasks = list(program.tasks)
+    producers = {v: task.op for task in tasks for v in task.op.results}
     for p, over in excess.items():
         a, b = plan.bounds.bounds[p]
         for i in range(a, b):
@@ -425,7 +427,7 @@ def _less_memory(
             if task.op.name != "dot_general" or not task.temporaries:
                 continue
             held = sum(t.bytes_per_tile for t in task.temporaries)
-            tasks[i] = with_less_memory(task, max(0, held - over), target)
+            tasks[i] = with_less_memory(task, max(0, held - over), producers, target)
     return dataclasses.replace(program, tasks=tuple(tasks))
 
 

@@ -38,7 +38,7 @@ class Superstep:
     sync_cycles: int
     sync_group: str = "ipu"
     link_cycles: int = 0  # a collective's ring over IPU-Links (GlobalExchange), or streaming
-    kind: str = "compute"  # or "collective", "stream"
+    kind: str = "compute"  # or "copy" (on-tile copies), "collective", "stream", "host"
     start: int = field(default=0, compare=False)
     busiest_tile_bytes: int = field(default=0, compare=False)  # bytes the busiest tile receives
     collective: CollectiveCost | None = field(default=None, compare=False)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from lowering import ELEMENTWISE, Value
 from partitioner.cost.links import CollectiveCost, LinkModel
+from partitioner.cost.vector import prologue_cycles
 from partitioner.program import Program, Superstep, Task
 
 # Ops whose work splits over shards of their (non-scalar) operands: elementwise work, and the
@@ -267,7 +268,7 @@ class _Recost:
             step,
             flops=math.ceil(step.flops / self.replicas),
             exchange_bytes=math.ceil(step.exchange_bytes / self.replicas),
-            compute_cycles=self._split(step.compute_cycles, t.compute_set_overhead_cycles),
+            compute_cycles=self._split(step.compute_cycles, prologue_cycles(t)),
             exchange_cycles=self._split(step.exchange_cycles, t.exchange_overhead_cycles),
             busiest_tile_bytes=math.ceil(step.busiest_tile_bytes / self.replicas),
         )

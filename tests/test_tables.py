@@ -13,6 +13,7 @@ TABLES = {
     "COST_RULES": lowering.COST_RULES,
     "FACTOR_RULES": partitioner.FACTOR_RULES,
     "TILE_RULES": partitioner.TILE_RULES,
+    "OP_VERTEX_KINDS": partitioner.OP_VERTEX_KINDS,
 }
 
 

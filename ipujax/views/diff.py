@@ -49,6 +49,7 @@ SUMMARY: tuple[Field, ...] = (
     Field("FLOPs", lambda r: r.flops, "int", NEUTRAL),
     Field("FLOP utilisation", lambda r: r.flop_utilisation, "fraction", HIGHER),
     Field("compute cycles", lambda r: m.kind_totals(r).compute),
+    Field("on-tile copy cycles", lambda r: m.kind_totals(r).copies),
     Field("exchange cycles", lambda r: m.kind_totals(r).exchange),
     Field("sync cycles", lambda r: m.kind_totals(r).sync),
     Field("IPU-Link cycles", lambda r: m.kind_totals(r).link),
@@ -76,6 +77,16 @@ MEMORY: tuple[Field, ...] = (
     ),
     Field("tiles over budget", lambda r: _total_memory(r, "over_budget_tiles")),
 )
+
+
+def category_fields(a: CostReport, b: CostReport) -> tuple[Field, ...]:
+    """The fullest tile's bytes in each category either report has (0 where one lacks it)."""
+    names = dict.fromkeys(c.name for r in (a, b) for c in m.categories(r))
+
+    def get(name: str) -> Callable[[CostReport], int]:
+        return lambda r: dict(r.fullest_tile_categories).get(name, 0)
+
+    return tuple(Field(name, get(name), "bytes") for name in names)
 
 
 def _show(value: Any, unit: str) -> str:
@@ -191,6 +202,7 @@ def diff_renderables(
         _compare_table("Summary", SUMMARY, a, b, names),
         ops_table(a, b, names),
         _compare_table("Memory", MEMORY, a, b, names),
+        _compare_table("Memory by category, fullest tile", category_fields(a, b), a, b, names),
     ]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ipujax.report import CostReport
+from ipujax.report import CostReport, popvision_name
 
 # ---- formatting ------------------------------------------------------------------------------
 
@@ -111,21 +111,25 @@ def shorten_paths(text: str) -> str:
 class Kinds:
     """Cycles summed by what a superstep spends them on (PopVision's step kinds)."""
 
-    compute: int
+    compute: int  # compute sets that compute (vertices of arithmetic)
     exchange: int
     sync: int
     link: int = 0  # collectives' rings over the IPU-Links
     stream: int = 0  # streaming memory that compute does not hide (phased programs)
     host: int = 0  # transfers from and to the host that compute does not hide
+    copies: int = 0  # compute sets that only move data on tiles (copies, transposes, slices)
 
     @property
     def total(self) -> int:
-        return self.compute + self.exchange + self.sync + self.link + self.stream + self.host
+        return (
+            self.compute + self.copies + self.exchange + self.sync + self.link + self.stream
+        ) + self.host
 
     def rows(self) -> tuple[tuple[str, str, int], ...]:
         """(kind, PopVision step, cycles) in the order the tables list them."""
         return (
             ("compute", "OnTileExecute", self.compute),
+            ("on-tile copies", "OnTileExecute (copies)", self.copies),
             ("exchange", "DoExchange", self.exchange),
             ("sync", "Sync", self.sync),
             ("IPU-Links", "GlobalExchange", self.link),
@@ -137,7 +141,8 @@ class Kinds:
 def kind_totals(report: CostReport) -> Kinds:
     steps = report.supersteps
     return Kinds(
-        compute=sum(s.compute_cycles for s in steps),
+        compute=sum(s.compute_cycles for s in steps if s.kind != "copy"),
+        copies=sum(s.compute_cycles for s in steps if s.kind == "copy"),
         exchange=sum(s.exchange_cycles for s in steps),
         sync=sum(s.sync_cycles for s in steps),
         link=sum(s.link_cycles for s in steps if s.kind not in ("stream", "host")),
@@ -291,6 +296,25 @@ def ipu_memory(report: CostReport) -> list[IpuMemory]:
             )
         )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Category:
+    """One memory category as PopVision counts it: bytes on the fullest tile and over all the
+    tiles of one IPU (every IPU alike)."""
+
+    name: str
+    popvision: str  # what libpva calls it
+    tile_bytes: int
+    ipu_bytes: int
+
+
+def categories(report: CostReport) -> list[Category]:
+    """The report's categories in its order; empty for reports older than version 3."""
+    tile = dict(report.fullest_tile_categories)
+    ipu = dict(report.memory_categories)
+    names = dict.fromkeys([*tile, *ipu])
+    return [Category(n, popvision_name(n), tile.get(n, 0), ipu.get(n, 0)) for n in names]
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,12 +195,48 @@ def liveness_table(report: CostReport) -> Table:
     return table
 
 
+def categories_table(report: CostReport) -> RenderableType:
+    rows = m.categories(report)
+    if not rows:
+        return Text.assemble(
+            ("Memory: by category: ", "bold"), "not recorded (a report older than version 3)"
+        )
+    tile = report.top_tiles[0]
+    table = _table(
+        f"Memory: by category, as PopVision counts it (fullest tile {tile.tile}; one IPU's tiles)",
+        "category",
+        "PopVision (libpva)",
+        "fullest tile",
+        "share",
+        "all tiles",
+        numeric=(2, 3, 4),
+    )
+    for row in rows:
+        table.add_row(
+            row.name,
+            row.popvision,
+            m.fmt_bytes(row.tile_bytes),
+            m.fmt_pct(row.tile_bytes / tile.bytes if tile.bytes else 0.0, 1),
+            m.fmt_bytes_short(row.ipu_bytes),
+        )
+    table.add_section()
+    table.add_row(
+        Text("total", style="bold"),
+        "",
+        Text(m.fmt_bytes(sum(r.tile_bytes for r in rows)), style="bold"),
+        "",
+        Text(m.fmt_bytes_short(sum(r.ipu_bytes for r in rows)), style="bold"),
+    )
+    return table
+
+
 def memory_tables(report: CostReport) -> list[RenderableType]:
     return [
         peak_per_ipu_table(report),
         histogram_table(report),
         top_tiles_table(report),
         liveness_table(report),
+        categories_table(report),
     ]
 
 

@@ -5,6 +5,7 @@ chosen by what it will be charged; `summary` adds up what the schedule was charg
     compute     matmul (AMP) and vector cycles on one tile
     exchange    on-chip exchange and sync, and sync across IPUs
     links       ring collectives over IPU-Links and Gateway-Links; where mesh axes sit
+    topology    which links a group's ring runs over: ladders, the Pod64 torus, Gateway-Links
     streaming   phased programs: loads, stores and gathers per phase, capacity, overlap
     summary     one step's cost: supersteps in order, collectives, phases and totals
 

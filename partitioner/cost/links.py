@@ -5,16 +5,21 @@ IPUs are numbered machine by machine (the system's machines, then its Pod64s), a
 on them in its own order, the last axis varying fastest, as a `jax.sharding.Mesh` lies on its
 devices: the mesh (dp, tp1, tp2) of Graphcore's GPT-3 on a Pod256 puts each tp2 group of 8 on
 two neighbouring machines, each tp1 group of 8 at a stride of 8 inside a Pod64, and the 4 dp
-replicas in the 4 Pod64s (docs/phases.md). A group of IPUs along some axes is a ring: within a
-Pod64 over IPU-Links, beyond it over Gateway-Links.
+replicas in the 4 Pod64s (docs/phases.md). A group of IPUs along some axes is a ring, laid on
+the system's links as GCL lays it (`topology`): inside a Pod64 over the IPU-Links its ring has
+per hop in each direction, beyond it over the Gateway-Links of each IPU's machine.
 
 Ring closed forms, per IPU, for an N-byte buffer (N the whole, gathered size) and n IPUs:
 AllReduce sends 2 (n-1)/n N in 2 (n-1) steps; AllGather and ReduceScatter (n-1)/n N in n-1
-steps; AllToAll (n-1)/n of its buffer in n-1 steps.
+steps; AllToAll (n-1)/n of its buffer in n-1 steps. The bytes are the same whatever the links;
+the links set how fast they go: each IPU sends over its ring's links both ways round at once,
+`2 x links per direction x 15.75 GB/s x 0.85`, or its share of its machine's two Gateway-Links,
+`2 x 12.5 GB/s x 0.85 / 4`; every ring step adds a fixed latency.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +27,7 @@ from typing import NamedTuple
 
 from lowering import COLLECTIVES, Graph, Op
 from partitioner.cost.exchange import global_sync_cycles
+from partitioner.cost.topology import RingPath, ring_path
 from partitioner.mesh import System, system_for
 from partitioner.target import Target
 
@@ -43,13 +49,15 @@ class CollectiveCost:
 
 class Ring(NamedTuple):
     """A ring collective's figures: bytes each IPU sends, ring steps, cycles on the links, the
-    group's sync cycles, and the links it crosses."""
+    group's sync cycles, the links it crosses, and the IPU-Links per hop in each direction of
+    its slowest hop (0 over Gateway-Links)."""
 
     bytes_per_ipu: int
     steps: int
     link_cycles: int
     sync_cycles: int
     route: str
+    links_per_direction: float = 0.0
 
 
 def ring_bytes(kind: str, buffer_bytes: int, group: int) -> tuple[int, int]:
@@ -84,15 +92,21 @@ def axis_traffic(graph: Graph) -> dict[str, int]:
     return traffic
 
 
-def link_cycles(target: Target, bytes_per_ipu: float, steps: int, over_gateway: bool) -> int:
-    """A ring collective: each IPU's bytes at its ring bandwidth, plus each step's latency."""
+def ring_bytes_per_second(target: Target, system: System, path: RingPath) -> float:
+    """What one IPU sends per second round its ring: over IPU-Links, the usable share of its
+    ring's links both ways round; over Gateway-Links, its share of its machine's."""
+    if path.over_gateway:
+        machine = target.gateway_links_per_machine * target.gateway_link_bytes_per_second
+        return machine * target.gateway_link_efficiency / system.ipus_per_machine
+    both_ways = 2 * path.links_per_direction
+    return both_ways * target.ipu_link_bytes_per_second * target.ipu_link_efficiency
+
+
+def link_cycles(target: Target, bytes_per_ipu: float, steps: int, bytes_per_second: float) -> int:
+    """A ring collective: each IPU's bytes at its ring's rate, plus each step's latency."""
     if bytes_per_ipu <= 0:
         return 0
-    if over_gateway:
-        rate = target.gateway_bytes_per_second_per_ipu
-    else:
-        rate = target.ring_links * target.ipu_link_bytes_per_second * target.ipu_link_efficiency
-    transfer = math.ceil(bytes_per_ipu * target.clock_hz / rate)
+    transfer = math.ceil(bytes_per_ipu * target.clock_hz / bytes_per_second)
     return transfer + steps * target.ipu_link_latency_cycles
 
 
@@ -123,19 +137,51 @@ class LinkModel:
         return 1 + sum((self.sizes[a] - 1) * self.stride(a) for a in axes)
 
     def route(self, axes: Sequence[str]) -> str:
-        span = self.span(axes)
-        if span <= self.system.ipus_per_machine:
-            return "IPU-Links within a machine"
-        if span <= self.system.ipus_per_pod64:
-            return "IPU-Links within a Pod64"
-        return "Gateway-Links between Pod64s"
+        return self.path(axes).route
 
     def group(self, axes: Sequence[str]) -> int:
         return math.prod(self.sizes[a] for a in axes)
 
+    def groups(self, axes: Sequence[str]) -> list[tuple[int, ...]]:
+        """The IPU numbers of every group along `axes`, one tuple per group."""
+        others = [a for a in self.placement if a not in axes]
+        return [
+            tuple(base + offset for offset in self._offsets(axes)) for base in self._offsets(others)
+        ]
+
+    def _offsets(self, axes: Sequence[str]) -> list[int]:
+        offsets = [0]
+        for axis in axes:
+            step = self.stride(axis)
+            offsets = [o + i * step for o in offsets for i in range(self.sizes[axis])]
+        return offsets
+
+    def path(self, axes: Sequence[str]) -> RingPath:
+        """The slowest of the groups' rings along `axes`: they all run at once and the
+        collective ends with the last."""
+        sizes = tuple(self.sizes.items())
+        return _slowest_path(sizes, self.placement, tuple(axes), self.target, self.system)
+
     def ring(self, kind: str, axes: Sequence[str], buffer_bytes: int) -> Ring:
         group = self.group(axes)
         sent, steps = ring_bytes(kind, buffer_bytes, group)
-        route = self.route(axes)
-        cycles = link_cycles(self.target, sent, steps, route.startswith("Gateway"))
-        return Ring(sent, steps, cycles, global_sync_cycles(self.target, group), route)
+        path = self.path(axes)
+        rate = ring_bytes_per_second(self.target, self.system, path)
+        cycles = link_cycles(self.target, sent, steps, rate)
+        sync = global_sync_cycles(self.target, group)
+        return Ring(sent, steps, cycles, sync, path.route, path.links_per_direction)
+
+
+@functools.lru_cache(maxsize=1024)
+def _slowest_path(
+    sizes: tuple[tuple[str, int], ...],
+    placement: tuple[str, ...],
+    axes: tuple[str, ...],
+    target: Target,
+    system: System,
+) -> RingPath:
+    """`LinkModel.path`, kept per mesh and axes: a program has many collectives over few."""
+    model = LinkModel(dict(sizes), placement, target, system)
+    ipus = math.prod(size for _, size in sizes)
+    paths = {ring_path(g, ipus, system, target) for g in model.groups(axes)}
+    return min(paths, key=lambda p: (ring_bytes_per_second(target, system, p), p.route))

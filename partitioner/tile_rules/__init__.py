@@ -31,7 +31,7 @@ from lowering import COLLECTIVES, ELEMENTWISE
 from partitioner.tile_rules.collective import collective_tile_rule
 from partitioner.tile_rules.common import TileRule
 from partitioner.tile_rules.elementwise import elementwise_tile_rule
-from partitioner.tile_rules.matmul import dot_general_tile_rule
+from partitioner.tile_rules.matmul import dot_general_tile_rule, operand_layouts
 from partitioner.tile_rules.reduce import reduce_tile_rule
 from partitioner.tile_rules.views import (
     broadcast_tile_rule,
@@ -65,4 +65,7 @@ TILE_RULES: dict[str, TileRule] = {
     "optimization_barrier": identity_tile_rule,
 }
 
-__all__ = ["TILE_RULES", "TileRule"]
+# Ops that want the program inputs they read first created in layouts of their own.
+OPERAND_LAYOUTS = {"dot_general": operand_layouts}
+
+__all__ = ["OPERAND_LAYOUTS", "TILE_RULES", "TileRule"]

@@ -28,6 +28,7 @@ def make_step(
     compute_cycles: int = 0,
     busiest_bytes: int = 0,
     exchange_bytes: int = 0,
+    kind: str = "compute",
 ) -> Superstep:
     return Superstep(
         name=f"{op.name}.{name}" if name else op.name,
@@ -41,6 +42,7 @@ def make_step(
         sync_cycles=target.sync_cycles,
         start=start,
         busiest_tile_bytes=busiest_bytes,
+        kind=kind,
     )
 
 

@@ -7,10 +7,10 @@ import dataclasses
 
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
-from partitioner.cost.compute import vector_cycles
+from partitioner.cost.vector import elementwise_cycles
 from partitioner.layout import Layout, free_move
 from partitioner.program import Superstep, Task
-from partitioner.tile_rules.common import Array, make_step, received_bytes, tile_share
+from partitioner.tile_rules.common import Array, make_step, received_bytes
 from partitioner.tile_rules.whole import whole_tensor_tile_rule
 
 
@@ -73,18 +73,17 @@ def _elementwise_steps(
     block = out.block_elements
     moved = [_moved_bytes(v, lay, out, ctx) for v, lay in zip(op.operands, layouts, strict=True)]
 
-    cost = op_cost(op)
-    flops = tile_share(cost.flops, result.size, block)
-    special = tile_share(cost.transcendentals, result.size, block)
-    dtype = op.operands[0].dtype if op.operands else result.dtype
-    cycles = vector_cycles(ctx.target, flops, dtype, special)
+    # select's first operand is its predicate: the values' type sets the cost
+    dtype = op.operands[-1].dtype if op.name == "select" else op.operands[0].dtype
+    direction = op.attrs.get("direction", "") if op.name == "compare" else ""
+    cycles = elementwise_cycles(op.name, block, dtype, result.dtype, ctx.target, direction)
     step = make_step(
         op,
         "",
         ctx.target,
         tiles=out.tiles,
         start=out.start,
-        flops=cost.flops,
+        flops=op_cost(op).flops,
         compute_cycles=cycles,
         busiest_bytes=sum(moved),
         exchange_bytes=sum(moved) * out.tiles,

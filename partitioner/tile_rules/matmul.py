@@ -3,17 +3,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from jax import lax
 
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
-from partitioner.cost.compute import matmul_cycles, vector_cycles
 from partitioner.layout import Layout, tile_bytes
-from partitioner.matmul_plan import MatmulPlan, plan_matmul, serialised
+from partitioner.matmul_plan import (
+    MatmulPlan,
+    _Problem,
+    plan_matmul,
+    problem,
+    tile_cycles,
+    with_budget,
+)
 from partitioner.program import Superstep, Task, TileBytes
 from partitioner.target import Target
 from partitioner.tile_rules.common import Array, make_step, permuted
@@ -38,48 +45,188 @@ def _problem(op: Op) -> tuple[int, int, int, int, np.dtype]:
     return size(lhs, lb), size(lhs, lf), size(rhs, rf), size(lhs, lc), partial_dtype
 
 
+def _matmul(op: Op, producers: Mapping[Value, Op]) -> _Problem:
+    big_b, big_m, big_n, big_k, partial = _problem(op)
+    _, _, lc, _, rc, _ = _dot_dims(op)
+    lhs, rhs = op.operands
+    rearrange = (
+        _rearranged(lhs, lc, producers),
+        _rearranged(rhs, rc, producers),
+    )
+    dtype = lhs.dtype
+    out = op.results[0].dtype
+    return problem(big_b, big_m, big_n, big_k, dtype, partial.itemsize, out, rearrange)
+
+
+# Ops whose result Poplar lays out as its consumer wants: a program's inputs (variables
+# created for the matmul that reads them), collectives and streamed loads (written into any
+# layout), and views and casts of them.
+_LAID_OUT_FOR_CONSUMER = frozenset(
+    {
+        "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "convert", "reshape",
+        "broadcast_in_dim", "sharding_constraint", "optimization_barrier", "shard_slice",
+    }
+)  # fmt: skip
+
+
+def _rearranged(value: Value, contracting: list[int], producers: Mapping[Value, Op]) -> bool:
+    """Whether an operand's tiles must group it by channels before the AMP reads it: PopLibs
+    wants the contracted dims innermost ([B, M, K] and [B, N, K]); a computed operand with
+    other dims inside them is transposed on its tiles (a weight gradient's x and dy, attention's
+    V), while a program input is created in the layout its matmul wants."""
+    shape = value.shape
+    inner = [d for d in range(len(shape)) if shape[d] != 1]
+    wanted = [d for d in inner if d not in contracting]
+    order = [d for d in inner if d in contracting]
+    if inner[len(inner) - len(order) :] == order and (
+        not wanted or max(wanted) < min(order, default=0)
+    ):
+        return False
+    producer = producers.get(value)
+    while producer is not None and producer.name in _LAID_OUT_FOR_CONSUMER:
+        producer = producers.get(producer.operands[0])
+    return producer is not None
+
+
+def _plan(op: Op, ctx: MappingContext) -> tuple[_Problem, MatmulPlan]:
+    matmul = _matmul(op, ctx.producers)
+    plan = plan_matmul(
+        matmul.batch, matmul.rows, matmul.cols, matmul.depth, matmul.in_dtype,
+        matmul.partial_dtype.itemsize, ctx.target, matmul.out_dtype, matmul.rearrange,
+    )  # fmt: skip
+    return matmul, plan
+
+
 def dot_general_tile_rule(
     op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
 ) -> Task:
-    big_b, big_m, big_n, big_k, partial = _problem(op)
-    dtype = op.operands[0].dtype
-    plan = plan_matmul(big_b, big_m, big_n, big_k, dtype, partial.itemsize, ctx.target)
-    return _planned(op, inputs, layouts, plan, ctx.target)
+    matmul, plan = _plan(op, ctx)
+    return _planned(op, inputs, layouts, plan, matmul, ctx.target)
 
 
-def with_less_memory(task: Task, budget: int, target: Target) -> Task:
+def operand_layouts(op: Op, ctx: MappingContext) -> tuple[Layout | None, ...]:
+    """The layouts the matmul wants its operands created in (PopLibs' `createMatMulInputLHS`
+    and `createMatMulInputRHS`), see `_created`."""
+    _, plan = _plan(op, ctx)
+    return tuple(layout for layout, _ in _created(op, plan))
+
+
+def _created(op: Op, plan: MatmulPlan) -> tuple[tuple[Layout | None, int], ...]:
+    """Each operand as PopLibs creates a matmul's input: its blocks of the plan's grid, each
+    spread over the `share` tiles that read it (n for the lhs, m for the rhs) by cutting its
+    contracted (or else its free) part further, so a tile holds 1/share of a block and the
+    exchange brings the rest. Returned with the share; the layout is None when the operand's
+    dims cannot be cut that way (several dims of one role, out of order)."""
+    lb, lf, lc, rb, rc, rf = _dot_dims(op)
+    big_b, big_m, big_n, big_k, _ = _problem(op)
+    found: list[tuple[Layout | None, int]] = []
+    for value, roles, sizes, splits, share in (
+        (op.operands[0], (lb, lf, lc), (big_b, big_m, big_k), (plan.b, plan.m, plan.k), plan.n),
+        (op.operands[1], (rb, rf, rc), (big_b, big_n, big_k), (plan.b, plan.n, plan.k), plan.m),
+    ):
+        grid = list(splits)
+        if -(-sizes[2] // grid[2]) >= share:
+            grid[2] *= share
+        elif -(-sizes[1] // grid[1]) >= share:
+            grid[1] *= share
+        else:
+            share = 1
+        found.append((_own_layout(value, roles, sizes, grid), share))
+    return tuple(found)
+
+
+def _own_layout(
+    value: Value, roles: tuple[list[int], ...], sizes: tuple[int, ...], grid: list[int]
+) -> Layout | None:
+    """A grid over the operand's own dims, each role's dims (batch, free, contracted) cut as
+    one, when each role's dims are adjacent; else None."""
+    role_of = {d: r for r, dims in enumerate(roles) for d in dims}
+    runs: list[int] = []
+    for d in range(len(value.shape)):
+        if not runs or runs[-1] != role_of[d]:
+            runs.append(role_of[d])
+    if len(runs) != len(set(runs)) or any(grid[r] > 1 for r in range(3) if r not in runs):
+        return None
+    return Layout(value.shape, tuple(sizes[r] for r in runs), tuple(grid[r] for r in runs))
+
+
+def _grids(op: Op, plan: MatmulPlan) -> tuple[Layout, Layout, Layout]:
+    """The [B, M, K] and [B, K, N] grids the operands are exchanged into, and the result's."""
+    lhs, rhs = op.operands
+    lb, lf, lc, rb, rc, rf = _dot_dims(op)
+    big_b, big_m, big_n, big_k, _ = _problem(op)
+    grid_l = Layout(permuted(lhs, lb + lf + lc), (big_b, big_m, big_k), (plan.b, plan.m, plan.k))
+    grid_r = Layout(permuted(rhs, rb + rc + rf), (big_b, big_k, big_n), (plan.b, plan.k, plan.n))
+    out = Layout(op.results[0].shape, (big_b, big_m, big_n), plan.out_grid)
+    return grid_l, grid_r, out
+
+
+def with_less_memory(
+    task: Task, budget: int, producers: Mapping[Value, Op], target: Target
+) -> Task:
     """The matmul re-planned to hold at most `budget` bytes of temporaries per tile where it
-    can, by splitting K into more serial chunks; its result's layout stays."""
-    op = task.op
-    big_b, big_m, big_n, big_k, partial = _problem(op)
-    dtype = op.operands[0].dtype
-    plan = serialised(big_b, big_m, big_n, big_k, dtype, partial.itemsize, target, budget)
-    return _planned(op, task.inputs, task.input_layouts, plan, target)
+    can (`matmul_plan.with_budget`); a new grid's result is exchanged into the old result's
+    layout, which the ops after it read."""
+    matmul = _matmul(task.op, producers)
+    plan = with_budget(matmul, target, budget)
+    planned = _planned(task.op, task.inputs, task.input_layouts, plan, matmul, target)
+    (old,), (new,) = task.result_layouts, planned.result_layouts
+    if new == old:
+        return planned
+    moved = tile_bytes(old, task.op.results[0].dtype)
+    relayout = make_step(
+        task.op,
+        "relayout",
+        target,
+        tiles=old.tiles,
+        start=old.start,
+        busiest_bytes=moved,
+        exchange_bytes=moved * old.tiles,
+    )
+    steps = (*planned.supersteps, relayout)
+    return dataclasses.replace(planned, result_layouts=(old,), supersteps=steps)
 
 
 def _planned(
-    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], plan: MatmulPlan, target: Target
+    op: Op,
+    inputs: tuple[Value, ...],
+    layouts: tuple[Layout, ...],
+    plan: MatmulPlan,
+    matmul: _Problem,
+    target: Target,
 ) -> Task:
-    lhs, rhs = op.operands
     result = op.results[0]
-    lb, lf, lc, rb, rc, rf = _dot_dims(op)
-    big_b, big_m, big_n, big_k, partial_dtype = _problem(op)
-    grid_l = Layout(permuted(lhs, lb + lf + lc), (big_b, big_m, big_k), (plan.b, plan.m, plan.k))
-    grid_r = Layout(permuted(rhs, rb + rc + rf), (big_b, big_k, big_n), (plan.b, plan.k, plan.n))
-    out = Layout(result.shape, (big_b, big_m, big_n), (plan.b, plan.m, plan.n))
+    partial_dtype = matmul.partial_dtype
+    grid_l, grid_r, out = _grids(op, plan)
     contract = _contraction(op, partial_dtype)
 
     def kernel(lhs_array: Array, rhs_array: Array) -> tuple[Array, ...]:
         return (lax.convert_element_type(contract(lhs_array, rhs_array), result.dtype),)
 
-    steps = _dot_steps(op, plan, grid_l, grid_r, out, partial_dtype, target)
-    # With a serial split, each loop iteration receives and holds one chunk of K at a time.
+    # An operand created for the matmul holds 1/share of each block on each tile that reads
+    # it; the exchange brings the rest. Others arrive block by block. With a serial split, a
+    # tile holds one chunk of K at a time.
+    blocks = []
+    for value, layout, grid, (created, share) in zip(
+        op.operands, layouts, (grid_l, grid_r), _created(op, plan), strict=True
+    ):
+        block = tile_bytes(grid, value.dtype)
+        blocks.append(block - block // share if layout == created else block)
+    steps = _dot_steps(op, plan, matmul, sum(blocks), out, partial_dtype, target)
     temps = (
-        TileBytes(0, plan.tiles, tile_bytes(grid_l, lhs.dtype) // plan.serial, "lhs blocks"),
-        TileBytes(0, plan.tiles, tile_bytes(grid_r, rhs.dtype) // plan.serial, "rhs blocks"),
-        TileBytes(0, plan.tiles, tile_bytes(out, partial_dtype), "partial sums"),
+        TileBytes(0, plan.tiles, blocks[0] // plan.serial, "lhs blocks"),
+        TileBytes(0, plan.tiles, blocks[1] // plan.serial, "rhs blocks"),
+        TileBytes(0, plan.tiles, _block_outputs(op, plan) * partial_dtype.itemsize, "partial sums"),
     )
-    return Task(op, inputs, layouts, (out,), kernel, steps, temps)
+    return Task(
+        op, inputs, layouts, (out,), kernel, steps, tuple(t for t in temps if t.bytes_per_tile)
+    )
+
+
+def _block_outputs(op: Op, plan: MatmulPlan) -> int:
+    """Outputs of one tile's block: the partial sums it makes."""
+    big_b, big_m, big_n, _, _ = _problem(op)
+    return -(-big_b // plan.b) * -(-big_m // plan.m) * -(-big_n // plan.n)
 
 
 def _contraction(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
@@ -102,31 +249,43 @@ def _contraction(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
 def _dot_steps(
     op: Op,
     plan: MatmulPlan,
-    grid_l: Layout,
-    grid_r: Layout,
+    matmul: _Problem,
+    received: int,
     out: Layout,
     partial: np.dtype,
     target: Target,
 ) -> tuple[Superstep, ...]:
-    lhs, rhs = op.operands
-    received = tile_bytes(grid_l, lhs.dtype) + tile_bytes(grid_r, rhs.dtype)
-    block_flops = 2 * math.prod(out.block) * grid_l.block[2]
-    compute = matmul_cycles(target, block_flops, lhs.dtype)
-    compute += (plan.serial - 1) * target.compute_set_overhead_cycles
-    flops = op_cost(op).flops
-    steps = [
+    """The supersteps PopLibs runs: operands grouped by channels on their tiles (if they must
+    be), exchanged into blocks and multiplied, and the partials cast to the result's type (a
+    K split's reduced first, each tile taking a share of the outputs)."""
+    cycles = tile_cycles(matmul, (plan.b, plan.m, plan.n, plan.k), plan.serial, target)
+    steps = []
+    if cycles.rearrange:
+        steps.append(
+            make_step(
+                op,
+                "rearrange",
+                target,
+                tiles=plan.tiles,
+                compute_cycles=cycles.rearrange,
+                kind="copy",
+            )
+        )
+    steps.append(
         make_step(
             op,
             "matmul",
             target,
             tiles=plan.tiles,
-            flops=flops,
-            compute_cycles=compute,
+            flops=op_cost(op).flops,
+            compute_cycles=cycles.amp + cycles.accumulate,
             busiest_bytes=received,
             exchange_bytes=received * plan.tiles,
         )
-    ]
-    if plan.k > 1:
+    )
+    if plan.k == 1 and cycles.cast:  # the partials cast to the result's type, on the tiles
+        steps.append(make_step(op, "cast", target, tiles=plan.tiles, compute_cycles=cycles.cast))
+    if plan.k > 1:  # every tile of the plan reduces its share of the outputs
         partials = plan.k * tile_bytes(out, partial)
         steps.append(
             make_step(
@@ -135,7 +294,7 @@ def _dot_steps(
                 target,
                 tiles=out.tiles,
                 flops=plan.k * math.prod(out.block) * out.tiles,
-                compute_cycles=vector_cycles(target, plan.k * out.block_elements, partial),
+                compute_cycles=cycles.reduce + cycles.cast,
                 busiest_bytes=partials,
                 exchange_bytes=partials * out.tiles,
             )

@@ -10,15 +10,18 @@ from jax import lax
 
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
-from partitioner.cost.compute import vector_cycles
+from partitioner.cost.amp import reduce_plan
 from partitioner.cost.exchange import exchange_cycles
+from partitioner.cost.vector import reduce_cycles
 from partitioner.layout import Layout, free_move, tile_bytes
 from partitioner.program import Superstep, Task
 from partitioner.target import Target
 from partitioner.tile_rules.common import Array, make_step, permuted
 
 
-def _reduce_split(rows: int, depth: int, itemsize: int, target: Target) -> tuple[int, int]:
+def _reduce_split(
+    rows: int, depth: int, dtype: np.dtype, operands: int, target: Target
+) -> tuple[int, int]:
     """Tiles over kept elements (`rows`) first; spare tiles split the reduced ones (`depth`)
     when that is faster, counting the second stage's exchange and reduction."""
     tiles = target.tiles_per_ipu
@@ -28,10 +31,13 @@ def _reduce_split(rows: int, depth: int, itemsize: int, target: Target) -> tuple
     gq = 1
     while gq <= max(1, min(tiles // gp, depth)):
         pb, qb = -(-rows // gp), -(-depth // gq)
-        cycles = vector_cycles(target, pb * qb, np.dtype(np.float32))
-        if gq > 1:
-            cycles += exchange_cycles(target, gq * pb * itemsize) + target.sync_cycles
-            cycles += vector_cycles(target, gq * pb, np.dtype(np.float32))
+        itemsize = operands * np.dtype(dtype).itemsize
+        # each tile receives its block (unless it holds it already), then reduces it
+        cycles = exchange_cycles(target, pb * qb * itemsize)
+        cycles += reduce_cycles(pb, qb, dtype, True, operands, target)
+        for stage in combine_stages(gq):
+            cycles += exchange_cycles(target, stage * pb * itemsize) + target.sync_cycles
+            cycles += reduce_cycles(pb, stage, dtype, False, operands, target)
         if best_cycles is None or cycles < best_cycles:
             best, best_cycles = (gp, gq), cycles
         gq *= 2
@@ -47,8 +53,7 @@ def reduce_tile_rule(
     kept = [d for d in range(len(xs[0].shape)) if d not in dims]
     rows = math.prod(xs[0].shape[d] for d in kept)
     depth = math.prod(xs[0].shape[d] for d in dims)
-    itemsize = max(v.dtype.itemsize for v in xs)
-    gp, gq = _reduce_split(rows, depth, itemsize, ctx.target)
+    gp, gq = _reduce_split(rows, depth, xs[0].dtype, len(xs), ctx.target)
     order = (*kept, *dims)
     grids = [Layout(permuted(x, order), (rows, depth), (gp, gq)) for x in xs]
     outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
@@ -68,8 +73,23 @@ def reduce_tile_rule(
     in_place = list(order) == sorted(order) and all(
         free_move(lay, grid) for lay, grid in zip(layouts[:half], grids, strict=True)
     )
-    steps = _reduce_steps(op, grids, outs, gq, in_place, ctx.target)
+    # The reduced elements are innermost on a tile unless they stay where they are and some
+    # kept dimension lies inside them (a sum over the batch of [batch, features]).
+    contiguous = not in_place or kept == list(range(len(kept)))
+    steps = _reduce_steps(op, grids, outs, gq, in_place, contiguous, ctx.target)
     return Task(op, inputs, layouts, outs, kernel, steps)
+
+
+def combine_stages(partials: int) -> list[int]:
+    """How many partials each stage of a multi-stage reduction adds, in PopLibs' stages
+    (`reduce_plan`: one below 16 partials, two below 125, else three, of about equal depth)."""
+    plan: list[int] = []
+    for remaining in (*reduce_plan(partials), 1):
+        if partials <= 1:
+            break
+        plan.append(-(-partials // remaining) if remaining > 1 else partials)
+        partials = -(-partials // plan[-1])
+    return plan
 
 
 def _depth_split(x: Array, order: tuple[int, ...], rows: int, gq: int, init: Array) -> Array:
@@ -91,14 +111,16 @@ def _reduce_steps(
     outs: tuple[Layout, ...],
     gq: int,
     in_place: bool,
+    contiguous: bool,
     target: Target,
 ) -> tuple[Superstep, ...]:
     xs = op.operands[: len(grids)]
     received = (
         0 if in_place else sum(tile_bytes(g, x.dtype) for g, x in zip(grids, xs, strict=True))
     )
-    block = grids[0].block_elements * len(grids)
+    pb, qb = grids[0].block[0], grids[0].block[1]
     dtype = xs[0].dtype
+    local = reduce_cycles(pb, qb, dtype, contiguous, len(xs), target)
     steps = [
         make_step(
             op,
@@ -106,23 +128,31 @@ def _reduce_steps(
             target,
             tiles=grids[0].tiles,
             flops=op_cost(op).flops,
-            compute_cycles=vector_cycles(target, block, dtype),
+            compute_cycles=local,
             busiest_bytes=received,
             exchange_bytes=received * grids[0].tiles,
         )
     ]
-    if gq > 1:
-        partial = gq * sum(tile_bytes(o, r.dtype) for o, r in zip(outs, op.results, strict=True))
+    # The partials combined in stages, as PopLibs plans a reduction of many partials
+    # (`getMultiStageReducePlan`): each stage adds `depth` of them per output block.
+    remaining = gq
+    for depth in combine_stages(gq):
+        remaining = -(-remaining // depth)
+        last = remaining == 1
+        tiles = outs[0].tiles * remaining
+        partial = depth * sum(tile_bytes(o, r.dtype) for o, r in zip(outs, op.results, strict=True))
         steps.append(
             make_step(
                 op,
-                "combine",
+                "combine" if last else f"combine.stage{len(steps)}",
                 target,
-                tiles=outs[0].tiles,
-                flops=gq * outs[0].block_elements * outs[0].tiles,
-                compute_cycles=vector_cycles(target, gq * outs[0].block_elements, dtype),
+                tiles=tiles,
+                flops=depth * outs[0].block_elements * tiles,
+                compute_cycles=reduce_cycles(
+                    outs[0].block_elements, depth, dtype, False, len(xs), target
+                ),
                 busiest_bytes=partial,
-                exchange_bytes=partial * outs[0].tiles,
+                exchange_bytes=partial * tiles,
             )
         )
     return tuple(steps)

@@ -1,17 +1,17 @@
 """Ops run as one kernel over the whole tensor (data movement, gather and scatter, sort,
 convolution, control flow), costed as the exchange that brings each result tile its block plus
-the op's work spread evenly over the result's tiles."""
+the busiest tile's work on its block (`movement`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from lowering import CONTRACTIONS, Op, Value, apply_rule, op_cost, walk
+from lowering import Op, Value, apply_rule, op_cost, walk
 from partitioner.context import MappingContext
-from partitioner.cost.compute import matmul_cycles, vector_cycles
 from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Task
 from partitioner.tile_rules.common import Array, make_step, received_bytes, tile_share
+from partitioner.tile_rules.movement import whole_work
 
 
 def _region_flops(op: Op, ctx: MappingContext) -> int:
@@ -69,12 +69,7 @@ def _whole_tensor_steps(op: Op, outs: tuple[Layout, ...], ctx: MappingContext) -
     cost = op_cost(op)
     flops = cost.flops + _region_flops(op, ctx)
     per_tile = tile_share(flops, elements, block)
-    dtype = op.operands[0].dtype if op.operands else op.results[0].dtype
-    if op.name in CONTRACTIONS:
-        compute = matmul_cycles(target, per_tile, dtype)
-    else:
-        special = tile_share(cost.transcendentals, elements, block)
-        compute = vector_cycles(target, max(per_tile, block), dtype, special)
+    compute, kind = whole_work(op, block, per_tile, target)
     step = make_step(
         op,
         "",
@@ -85,5 +80,6 @@ def _whole_tensor_steps(op: Op, outs: tuple[Layout, ...], ctx: MappingContext) -
         compute_cycles=compute,
         busiest_bytes=received,
         exchange_bytes=received * tiles,
+        kind=kind,
     )
     return (step,)

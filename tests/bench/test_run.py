@@ -59,9 +59,9 @@ def test_spmd_counts_collectives_on_both_sides(sections: dict[str, Section]) -> 
 def test_goals_are_judged(sections: dict[str, Section]) -> None:
     goals = [g for s in sections.values() for g in s.goals]
     # run and compile one per mesh, the outputs' agreement, two for the cost-only compile, one
-    # per memory program
+    # per memory program, one for the fidelity band
     meshes = len(QUICK.meshes)
-    assert len(goals) == 2 * meshes + 1 + 2 + len(QUICK.memory_programs)
+    assert len(goals) == 2 * meshes + 1 + 2 + len(QUICK.memory_programs) + 1
     assert all(isinstance(met, bool) for _, met in goals)
     assert any(what.startswith("outputs agree") and met for what, met in goals)
 
@@ -81,3 +81,10 @@ def test_unknown_sections_are_refused() -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(["--only", "run,speed"])
     assert bench.parse_args(["--only", "gpt3, memory"]).only == ["gpt3", "memory"]
+
+
+def test_fidelity_runs_the_figures_it_names(sections: dict[str, Section]) -> None:
+    (row,) = _rows(sections["fidelity"].table)
+    assert row["figure"] == "AMP vertex, fp16 [16, 16] x [16, 16] per tile, Bow"
+    assert 0.75 <= float(row["ratio"]) <= 1.33
+    assert sections["fidelity"].files == ()  # only the whole table rewrites docs/fidelity.md

@@ -140,3 +140,44 @@ def test_diff_marks_ops_only_in_one_report() -> None:
     text = _text(diff_renderables(a, b, "a.json", "b.json"))
     assert re.search(r"tanh\s+0\s+140\s+\+140\s+new", text)
     assert re.search(r"supersteps\s+3\s+4\s+\+1\s+\+33\.33%", text)
+
+
+CATEGORIES = (
+    ("variables_always_live", 50),
+    ("variables_not_always_live", 250),
+    ("vertex_code", 60),
+    ("vertex_state", 10),
+    ("exchange_code", 20),
+    ("control_code", 8),
+    ("stack", 2),
+)  # tile 0: 400 B in all
+
+
+def _with_categories() -> CostReport:
+    top = TileUsage(0, 0, 400, ((300, "w at /x/model.py:1"),), CATEGORIES)
+    ipu = tuple((name, 2 * size) for name, size in CATEGORIES)
+    return small_report(top_tiles=(top,), memory_categories=ipu)
+
+
+def test_memory_by_category_in_the_tables_html_and_diff() -> None:
+    report = _with_categories()
+    text = _text(report_renderables(report))
+    assert "by category, as PopVision counts it (fullest tile 0" in text
+    assert re.search(r"vertex_code\s+vertexCode\s+60 B\s+15\.0%\s+120 B", text)
+    assert re.search(r"exchange_code\s+internalExchangeCode\s+20 B", text)
+    assert re.search(r"total\s+400 B\s+800 B", text)
+    page = render_html(report)
+    assert "By category, as PopVision counts it" in page
+    for name, _ in CATEGORIES:
+        assert name in text and name in page
+    assert "vertexInstanceState" in page and "controlCode" in page
+    diff = _text(diff_renderables(small_report(), report, "old.json", "new.json"))
+    assert re.search(r"vertex_code\s+0 B\s+60 B\s+\+60", diff)
+    assert "by category" in report.summary()
+
+
+def test_reports_without_categories_say_so() -> None:
+    report = small_report()  # as read from a report older than version 3
+    assert "not recorded (a report older than version 3)" in _text(report_renderables(report))
+    assert "not recorded (a report older than version 3)" in render_html(report)
+    assert "by category" not in report.summary()

@@ -87,7 +87,7 @@ def test_same_program_compiles_to_the_same_json() -> None:
 def test_json_header(report: ipujax.CostReport) -> None:
     data = _data(report)
     assert data["schema"] == "ipujax.cost_report"
-    assert data["version"] == 2
+    assert data["version"] == 3
     assert data["tile_memory"] == report.tile_memory.tolist()
     assert len(data["supersteps"]) == len(report.supersteps)
 
@@ -123,7 +123,51 @@ def test_version_1_reads_with_the_new_phase_fields_zero(report: ipujax.CostRepor
     assert old.phases[0].load_bytes == old.phases[0].kept_bytes == 0
 
 
-@pytest.mark.parametrize("version", [3, 0, "1", "2", None])
+def test_memory_categories_round_trip_and_add_up(report: ipujax.CostReport) -> None:
+    again = ipujax.CostReport.from_json(report.to_json())
+    assert again.memory_categories == report.memory_categories
+    assert again.top_tiles[0].categories == report.top_tiles[0].categories
+    names = tuple(name for name, _ in report.memory_categories)
+    assert names == (
+        "variables_always_live",
+        "variables_not_always_live",
+        "vertex_code",
+        "vertex_state",
+        "exchange_code",
+        "control_code",
+        "stack",
+    )
+    assert tuple(name for name, _ in again.fullest_tile_categories) == names
+    # One IPU's categories add up to its tiles' bytes; the fullest tile's to its bytes.
+    assert sum(size for _, size in again.memory_categories) == int(report.tile_memory[0].sum())
+    assert sum(size for _, size in again.fullest_tile_categories) == report.peak_tile_bytes
+    data = _data(report)
+    # In the JSON, [name, bytes] pairs.
+    assert data["memory_categories"][0] == ["variables_always_live", report.memory_categories[0][1]]
+
+
+def test_version_2_reads_without_categories(report: ipujax.CostReport) -> None:
+    data = _data(report)
+    data["version"] = 2
+    del data["memory_categories"]
+    for usage in data["top_tiles"]:
+        del usage["categories"]
+    old = ipujax.CostReport.from_json(json.dumps(data))
+    assert old.memory_categories == () and old.fullest_tile_categories == ()
+    assert old.top_tiles[0].tensors == report.top_tiles[0].tensors
+    assert "by category" not in old.summary()
+    assert "by category" in report.summary()
+
+
+@pytest.mark.parametrize("bad", [[["vertex_code"]], [[3, 4]], "vertex_code", [["stack", "7"]]])
+def test_bad_memory_categories(report: ipujax.CostReport, bad: object) -> None:
+    data = _data(report)
+    data["memory_categories"] = bad
+    with pytest.raises(ipujax.ReportError, match="memory_categories"):
+        ipujax.CostReport.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize("version", [4, 0, "1", "2", None])
 def test_wrong_version(report: ipujax.CostReport, version: object) -> None:
     data = _data(report)
     data["version"] = version

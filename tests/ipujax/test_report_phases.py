@@ -43,8 +43,17 @@ def report() -> ipujax.CostReport:
 
 def test_the_time_split_adds_up_to_the_step(report: ipujax.CostReport) -> None:
     split = report.time_split()
-    assert set(split) == {"compute", "exchange", "sync", "collectives", "streaming", "host"}
+    assert set(split) == {
+        "compute", "copies", "exchange", "sync", "collectives", "streaming", "host",
+    }  # fmt: skip
     assert sum(split.values()) == pytest.approx(report.seconds)
+    # On-tile copies (layout changes: transposes, rearrangements, slices) are the compute
+    # cycles of the copy supersteps; compute is everyone else's.
+    copies = sum(s.compute_cycles for s in report.supersteps if s.kind == "copy")
+    others = sum(s.compute_cycles for s in report.supersteps if s.kind != "copy")
+    assert split["copies"] == pytest.approx(copies / report.clock_hz)
+    assert split["compute"] == pytest.approx(others / report.clock_hz)
+    assert copies > 0  # the weight gradient's operands are transposed for the AMP, at least
     exposed = sum(p.stream_cycles - p.overlapped_cycles for p in report.phases)
     assert split["streaming"] == pytest.approx(exposed / report.clock_hz)
     assert split["collectives"] > 0  # the gradients' reduce-scatter, at least

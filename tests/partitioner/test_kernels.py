@@ -30,7 +30,8 @@ REDUCTIONS = {
 
 
 def _staged(compiled: Any) -> list[int]:
-    """How many tiles share the depth of each reduce (2 supersteps: it is split)."""
+    """How many supersteps each reduce runs in (2 or more: its depth is split over tiles and
+    combined in stages)."""
     return [len(t.supersteps) for t in compiled.program.tasks if t.op.name == "reduce"]
 
 
@@ -38,7 +39,7 @@ def _staged(compiled: Any) -> list[int]:
 def test_split_reductions_equal_jax_jit(name: str) -> None:
     fun = REDUCTIONS[name]
     compiled = ipujax.jit(fun).lower(X).compile()  # a Bow IPU: spare tiles split the depth
-    assert 2 in _staged(compiled) or name == "int sum over rows"
+    assert max(_staged(compiled)) >= 2 or name == "int sum over rows"
     expected = jax.jit(fun)(X)
     ours = compiled(X)
     if np.issubdtype(np.asarray(expected).dtype, np.integer):

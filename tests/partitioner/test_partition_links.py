@@ -1,6 +1,8 @@
-"""IPU-Link costs derived by hand from docs/target.md: link bandwidth x 0.85 over a bidirectional
-ring, 3,000 cycles per ring step, Gateway-Links beyond a Pod64, global sync of 15 ns per hop
-there and back with 1 + N/4 hops; where mesh axes sit among the physical IPUs."""
+"""IPU-Link costs derived by hand from docs/target.md: 15.75 GB/s x 0.85 per IPU-Link, both ways
+round a ring over the links its slowest hop has, 3,000 cycles per ring step, Gateway-Links
+beyond a Pod64 (2 x 12.5 GB/s x 0.85 per 4-IPU machine), global sync of 15 ns per hop there and
+back with 1 + N/4 hops; where mesh axes sit among the physical IPUs. The topologies themselves
+are worked through in test_links_by_hand.py."""
 
 from __future__ import annotations
 
@@ -17,17 +19,24 @@ from partition_helpers import collectives, compile_sharded, ffn, ffn_args, mesh
 
 import ipujax
 from partitioner.cost.exchange import global_sync_cycles
-from partitioner.cost.links import LinkModel, link_cycles, ring_bytes
+from partitioner.cost.links import LinkModel, link_cycles, ring_bytes, ring_bytes_per_second
+from partitioner.cost.topology import RingPath
+from partitioner.mesh import system_for
 from partitioner.target import Target
 
-LINK = 128 * 2**30 // 8  # bytes/s each way per IPU-Link (128 x 2^30 bit/s)
-RING = Fraction(2 * LINK) * Fraction(85, 100)  # two links at 85%
-GATEWAY = Fraction(2 * 100 * 10**9, 8 * 4)  # 2 x 100 Gb/s per 4-IPU machine
+MACHINE = "IPU-Links within a machine"
+POD16 = "IPU-Links within a Pod16"
+POD64 = "IPU-Links within a Pod64"
+GATEWAY_ROUTE = "Gateway-Links between Pod64s"
+
+LINK = Fraction(15_750_000_000) * Fraction(85, 100)  # usable bytes/s each way per IPU-Link
+GATEWAY = Fraction(2 * 100 * 10**9, 8 * 4) * Fraction(85, 100)  # 2 x 100 Gb/s per 4 IPUs, 85%
 LATENCY = 3000
 
 
-def _hand_link_cycles(bytes_: int, steps: int, gateway: bool, clock: int) -> int:
-    rate = GATEWAY if gateway else RING
+def _hand_link_cycles(bytes_: int, steps: int, links: float, clock: int) -> int:
+    """`links` per hop in each direction, both ways round the ring; 0 for Gateway-Links."""
+    rate = GATEWAY if links == 0 else 2 * Fraction(links) * LINK
     return math.ceil(Fraction(bytes_) * clock / rate) + steps * LATENCY
 
 
@@ -36,31 +45,44 @@ def _hand_link_cycles(bytes_: int, steps: int, gateway: bool, clock: int) -> int
 
 def test_link_constants() -> None:
     bow = Target.bow()
-    assert bow.ipu_link_bytes_per_second == 16 * 2**30
+    assert bow.ipu_link_bytes_per_second == 15.75e9
     assert bow.ipu_link_efficiency == 0.85
-    assert bow.ring_links == 2
+    assert (bow.rung_links, bow.cross_links, bow.column_links) == (4, 2, 2)  # + 2 down = 10
+    assert bow.collective_rings == 2
     assert bow.ipu_link_latency_cycles == 3000
-    assert bow.gateway_bytes_per_second_per_ipu == 6.25e9
+    assert bow.gateway_link_bytes_per_second == 12.5e9
+    assert (bow.gateway_links_per_machine, bow.gateway_link_efficiency) == (2, 0.85)
+
+
+def test_ring_rates_by_hand() -> None:
+    bow, pod64 = Target.bow(), system_for(64)
+    # Two links each way: 4 x 15.75e9 x 0.85 = 53.55e9 bytes/s; one: 26.775e9.
+    assert ring_bytes_per_second(bow, pod64, RingPath(POD64, 2.0)) == pytest.approx(53.55e9)
+    assert ring_bytes_per_second(bow, pod64, RingPath(POD64, 1.0)) == pytest.approx(26.775e9)
+    # Gateway: 2 x 12.5e9 x 0.85 / 4 IPUs = 5.3125e9 bytes/s per IPU.
+    assert ring_bytes_per_second(bow, pod64, RingPath(GATEWAY_ROUTE, 0.0)) == 5.3125e9
 
 
 def test_link_cycles_by_hand_examples() -> None:
     bow = Target.bow()  # 1.85 GHz
-    # 1000 B: 1000 x 1.85e9 / (2 x 16 GiB/s x 0.85) = 63.3 -> 64 cycles, plus 2 steps x 3000.
-    assert link_cycles(bow, 1000, 2, over_gateway=False) == 64 + 6000
-    # Over the Gateway: 1000 x 1.85e9 / 6.25e9 = 296 exactly.
-    assert link_cycles(bow, 1000, 2, over_gateway=True) == 296 + 6000
-    # 1 MiB in one step: 2^20 x 1.85e9 / (2^35 x 0.85) = 66,420.6 -> 66,421.
-    assert link_cycles(bow, 2**20, 1, over_gateway=False) == 66_421 + 3000
-    assert link_cycles(bow, 0, 7, over_gateway=False) == 0  # nothing sent, nothing to wait for
+    # 1000 B at 53.55e9: 1000 x 1.85e9 / 53.55e9 = 34.5 -> 35 cycles, plus 2 steps x 3000.
+    assert link_cycles(bow, 1000, 2, 53.55e9) == 35 + 6000
+    # Over the Gateway: 1000 x 1.85e9 / 5.3125e9 = 348.2 -> 349.
+    assert link_cycles(bow, 1000, 2, 5.3125e9) == 349 + 6000
+    # 1 MiB in one step at 26.775e9: 2^20 x 1.85e9 / 26.775e9 = 72,450.9 -> 72,451.
+    assert link_cycles(bow, 2**20, 1, 26.775e9) == 72_451 + 3000
+    assert link_cycles(bow, 0, 7, 53.55e9) == 0  # nothing sent, nothing to wait for
 
 
 @pytest.mark.parametrize("bytes_", [1, 4, 768, 4096, 123_457, 10**7])
 @pytest.mark.parametrize("steps", [1, 6, 14])
-@pytest.mark.parametrize("gateway", [False, True])
-def test_link_cycles_formula(bytes_: int, steps: int, gateway: bool) -> None:
+@pytest.mark.parametrize("links", [0.0, 0.5, 1.0, 2.0])
+def test_link_cycles_formula(bytes_: int, steps: int, links: float) -> None:
+    route = GATEWAY_ROUTE if links == 0 else POD64
     for target, clock in ((Target.bow(), 1_850_000_000), (Target.mk1(), 1_600_000_000)):
-        expected = _hand_link_cycles(bytes_, steps, gateway, clock)
-        assert link_cycles(target, bytes_, steps, gateway) == expected
+        expected = _hand_link_cycles(bytes_, steps, links, clock)
+        rate = ring_bytes_per_second(target, system_for(256), RingPath(route, links))
+        assert link_cycles(target, bytes_, steps, rate) == expected
 
 
 @pytest.mark.parametrize("ipus,cycles", [(2, 48), (4, 96), (16, 240), (64, 816)])
@@ -118,10 +140,6 @@ def test_ring_bytes_examples() -> None:
 
 # ---- where mesh axes sit: LinkModel --------------------------------------------------------------
 
-MACHINE = "IPU-Links within a machine"
-POD64 = "IPU-Links within a Pod64"
-GATEWAY_ROUTE = "Gateway-Links between Pod64s"
-
 
 def test_place_lays_the_mesh_out_in_its_order_last_axis_innermost() -> None:
     """As a jax.sharding.Mesh lies on its devices: the last axis varies fastest."""
@@ -129,7 +147,7 @@ def test_place_lays_the_mesh_out_in_its_order_last_axis_innermost() -> None:
     assert model.placement == ("tp", "dp")
     assert (model.stride("tp"), model.stride("dp")) == (1, 4)
     assert model.route(["tp"]) == MACHINE
-    assert model.span(["dp"]) == 13 and model.route(["dp"]) == POD64
+    assert model.span(["dp"]) == 13 and model.route(["dp"]) == POD16  # 16 IPUs: a Pod16
     assert LinkModel.place({"tp": 4, "dp": 4}, Target.bow()).placement == ("dp", "tp")
 
 
@@ -158,7 +176,8 @@ def test_routes_of_a_256_ipu_mesh(shape: tuple[int, int]) -> None:
 
 
 def test_route_boundaries() -> None:
-    for n, route in ((2, MACHINE), (4, MACHINE), (5, POD64), (64, POD64), (65, GATEWAY_ROUTE)):
+    cases = ((2, MACHINE), (4, MACHINE), (5, POD16), (16, POD16), (17, POD64), (64, POD64))
+    for n, route in (*cases, (65, GATEWAY_ROUTE)):
         assert LinkModel.place({"x": n}, Target.bow()).route(["x"]) == route
 
 
@@ -168,11 +187,12 @@ def test_link_model_ring_over_the_gateway() -> None:
     cost = model.ring("all_reduce", ["b"], 4096)
     assert (cost.bytes_per_ipu, cost.steps) == (math.ceil(2 * 63 * 4096 / 64), 126)
     assert cost.route == GATEWAY_ROUTE
-    assert cost.link_cycles == _hand_link_cycles(cost.bytes_per_ipu, 126, True, 1_850_000_000)
+    assert cost.link_cycles == _hand_link_cycles(cost.bytes_per_ipu, 126, 0, 1_850_000_000)
     assert cost.sync_cycles == global_sync_cycles(bow, 64)
+    # The 4 IPUs of a machine: a ring 0-1-3-2 whose cross hops have 2 links each way.
     inside = model.ring("all_gather", ["a"], 4096)
     assert (inside.bytes_per_ipu, inside.steps, inside.route) == (3072, 3, MACHINE)
-    assert inside.link_cycles == _hand_link_cycles(3072, 3, False, 1_850_000_000)
+    assert inside.link_cycles == _hand_link_cycles(3072, 3, 2, 1_850_000_000)
     assert inside.sync_cycles == global_sync_cycles(bow, 4)
 
 
@@ -185,7 +205,9 @@ def _route(why: str) -> str:
     return match.group(1)
 
 
-def _check_collective_cycles(compiled: ipujax.Compiled) -> list[str]:
+def _check_collective_cycles(compiled: ipujax.Compiled, links: dict[str, float]) -> list[str]:
+    """Each collective's cycles from the links per direction its route has (`links`, by route,
+    worked out by hand in the callers), and the routes in order."""
     target = compiled.mesh.target
     routes = []
     found = collectives(compiled)
@@ -194,30 +216,33 @@ def _check_collective_cycles(compiled: ipujax.Compiled) -> list[str]:
         n = cost.group_size
         steps = 2 * (n - 1) if op.name == "all_reduce" else n - 1
         route = _route(cost.why)
-        gateway = route == GATEWAY_ROUTE
-        link = link_cycles(target, cost.bytes_per_ipu, steps, gateway)
+        link = _hand_link_cycles(cost.bytes_per_ipu, steps, links[route], int(target.clock_hz))
         assert cost.cycles == link + global_sync_cycles(target, n)
-        clock = int(target.clock_hz)
-        assert link == _hand_link_cycles(cost.bytes_per_ipu, steps, gateway, clock)
         routes.append(route)
     return routes
 
 
 def test_report_cycles_of_a_two_d_ffn() -> None:
     # tp2 (size 4) moves more bytes, so it sits inside a machine; tp1 strides by 4 IPUs.
+    # On a Pod16: tp2 is a whole machine, its ring 0-1-3-2 has 2 links per hop each way; tp1
+    # pairs an IPU with the same IPU of the machine above, {0, 4}: one hop of 2 column links,
+    # which both directions of a ring of two share, 1 each.
     specs = (P(None, "tp2"), P("tp2", "tp1"), P("tp1", "tp2"))
     the_mesh = mesh((2, 4), ("tp1", "tp2"))
     compiled = compile_sharded(ffn, the_mesh, ffn_args(16, 8), specs)
-    routes = _check_collective_cycles(compiled)
+    routes = _check_collective_cycles(compiled, {MACHINE: 2, POD16: 1})
     axes = [cost.axes for cost in compiled.cost_report().collectives]
-    assert dict(zip(axes, routes, strict=True)) == {("tp2",): MACHINE, ("tp1",): POD64}
+    assert dict(zip(axes, routes, strict=True)) == {("tp2",): MACHINE, ("tp1",): POD16}
 
 
-@pytest.mark.parametrize("ipus,route", [(4, MACHINE), (8, POD64), (128, GATEWAY_ROUTE)])
+@pytest.mark.parametrize("ipus,route", [(4, MACHINE), (8, POD16), (128, GATEWAY_ROUTE)])
 def test_report_cycles_of_a_data_parallel_sum(ipus: int, route: str) -> None:
+    # 4: one machine's ring, 2 links per hop each way; 8: two machines of a Pod16, a block
+    # whose ring goes up one column and down another, 2 links per hop each way.
     x = jax.ShapeDtypeStruct((2 * ipus, 8), jnp.float32)
     compiled = compile_sharded(jnp.sum, mesh((ipus,), ("dp",)), (x,), (P("dp"),))
-    assert _check_collective_cycles(compiled) == [route]
+    links = {MACHINE: 2.0, POD16: 2.0, GATEWAY_ROUTE: 0.0}
+    assert _check_collective_cycles(compiled, links) == [route]
     (cost,) = compiled.cost_report().collectives
     assert (cost.kind, cost.group_size, cost.bytes_per_ipu) == (
         "all_reduce",

@@ -206,7 +206,30 @@ def _memory_tables(report: CostReport) -> str:
         + panel("Tiles by bytes (histogram)", hist)
         + panel("Fullest tiles and their largest tensors", _top_tiles(report))
         + panel("Always-live against not-always-live", live)
+        + panel("By category, as PopVision counts it", _categories(report))
     )
+
+
+def _categories(report: CostReport) -> str:
+    """The fullest tile's bytes by category, with a bar of its share, and one IPU's."""
+    rows = m.categories(report)
+    if not rows:
+        return '<p class="none">not recorded (a report older than version 3)</p>'
+    tile = report.top_tiles[0]
+    share = [r.tile_bytes / tile.bytes if tile.bytes else 0.0 for r in rows]
+    cells = [
+        (
+            r.name,
+            r.popvision,
+            m.fmt_bytes(r.tile_bytes),
+            m.fmt_pct(f, 1),
+            Raw(f'<span class="bar" style="width:{360 * f:.0f}px"></span>'),
+            m.fmt_bytes_short(r.ipu_bytes),
+        )
+        for r, f in zip(rows, share, strict=True)
+    ]
+    heading = ("category", "PopVision (libpva)", f"tile {tile.tile}", "share", "", "all tiles")
+    return table(heading, cells, numeric=(2, 3, 5))
 
 
 def _top_tiles(report: CostReport) -> str:
