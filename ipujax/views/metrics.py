@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ipujax.report import CostReport, popvision_name
+from ipujax.report import CostReport, PhaseCost, popvision_name
 
 # ---- formatting ------------------------------------------------------------------------------
 
@@ -121,9 +121,7 @@ class Kinds:
 
     @property
     def total(self) -> int:
-        return (
-            self.compute + self.copies + self.exchange + self.sync + self.link + self.stream
-        ) + self.host
+        return sum(cycles for _, _, cycles in self.rows())
 
     def rows(self) -> tuple[tuple[str, str, int], ...]:
         """(kind, PopVision step, cycles) in the order the tables list them."""
@@ -136,6 +134,36 @@ class Kinds:
             ("streaming", "StreamCopy", self.stream),
             ("host", "StreamCopy (host)", self.host),
         )
+
+
+PHASE_COLUMNS = (
+    "phase",
+    "cycles",
+    "compute",
+    "streaming",
+    "exposed",
+    "loads",
+    "stores",
+    "gathered",
+    "kept on chip",
+    "peak tile bytes",
+)
+
+
+def phase_figures(p: PhaseCost) -> tuple[int, ...]:
+    """A phase's figures in the order of `PHASE_COLUMNS` after its name."""
+    exposed = p.stream_cycles - p.overlapped_cycles
+    return (
+        p.cycles,
+        p.compute_cycles,
+        p.stream_cycles,
+        exposed,
+        p.load_bytes,
+        p.store_bytes,
+        p.link_bytes,
+        p.kept_bytes,
+        p.peak_tile_bytes,
+    )
 
 
 def kind_totals(report: CostReport) -> Kinds:

@@ -378,32 +378,13 @@ def phases_tables(report: CostReport) -> list[RenderableType]:
         return [Text.assemble(("Phases: ", "bold"), "none (phases=None)")]
     table = _table(
         "Phases (bytes per IPU; streaming hidden behind the previous phase with IO tiles)",
-        "phase",
-        "cycles",
-        "compute",
-        "streaming",
-        "exposed",
-        "loads",
-        "stores",
-        "gathered",
-        "kept on chip",
-        "peak tile bytes",
-        numeric=tuple(range(1, 10)),
+        *m.PHASE_COLUMNS,
+        numeric=tuple(range(1, len(m.PHASE_COLUMNS))),
     )
     for p in report.phases:
         style = "bold red" if p.peak_tile_bytes > report.bytes_per_tile else ""
-        table.add_row(
-            p.name,
-            m.fmt_int(p.cycles),
-            m.fmt_int(p.compute_cycles),
-            m.fmt_int(p.stream_cycles),
-            m.fmt_int(p.stream_cycles - p.overlapped_cycles),
-            m.fmt_int(p.load_bytes),
-            m.fmt_int(p.store_bytes),
-            m.fmt_int(p.link_bytes),
-            m.fmt_int(p.kept_bytes),
-            Text(m.fmt_int(p.peak_tile_bytes), style=style),
-        )
+        *figures, peak = (m.fmt_int(n) for n in m.phase_figures(p))
+        table.add_row(p.name, *figures, Text(peak, style=style))
     return [table]
 
 

@@ -104,6 +104,19 @@ def _stage_plan(depth: int, stages: int) -> tuple[tuple[int, ...], float]:
     return options[0] if options[0][1] < options[1][1] else options[1]
 
 
+def reduce_stages(depth: int) -> list[int]:
+    """How many partials each stage of a reduction of `depth` partials adds, in the stages of
+    `reduce_plan`: each intermediate stage adds ceil(remaining / next depth), the last what is
+    left (PopLibs' `estimateConvReduceCycles` and `ConvReduce.cpp` walk the plan so)."""
+    stages: list[int] = []
+    for remaining in (*reduce_plan(depth), 1):
+        if depth <= 1:
+            break
+        stages.append(-(-depth // remaining) if remaining > 1 else depth)
+        depth = -(-depth // stages[-1])
+    return stages
+
+
 def _reduce_vertex(
     outputs: int, partials: int, float_out: bool, float_partials: bool, single: bool, t: Target
 ) -> int:
@@ -136,32 +149,21 @@ def partials_reduce_cycles(
     float_partials: bool = True,
 ) -> int:
     """Reducing `depth` partials of `outputs` elements on a tile, as PopLibs'
-    `estimateConvReduceCycles` charges it: in the stages of `reduce_plan`, each stage's last
+    `estimateConvReduceCycles` charges it: in the stages of `reduce_stages`, each stage's last
     pass writing the result's type. A stage whose outputs are whole accumulator vectors (4
     floats or 8 halves) and whose partials take under 1/16 of the tile's memory runs the
     single-input vertex, which counts one partial fewer (the partials are added into the
     first); PopLibs rounds those bytes up to a memory element, which ipujax does not model
     (A)."""
-    if depth <= 1:
-        return 0
-    cycles, remaining, size = 0, depth, outputs * depth
+    cycles, size = 0, outputs * depth
     itemsize = 4 if float_partials else 2
-    for stage in (*reduce_plan(depth), 1):
-        this = math.ceil(remaining / stage) if stage > 1 else remaining
-        remaining = math.ceil(remaining / this) if stage > 1 else 1
+    stages = reduce_stages(depth)
+    for i, this in enumerate(stages):
         size = math.ceil(size / this)
-        last = remaining == 1
+        last = i == len(stages) - 1
         single = size % (4 if float_partials else 8) == 0 and (
             (this - 1) * size * itemsize < target.bytes_per_tile // 16
         )
-        cycles += _reduce_vertex(
-            size,
-            this - single,
-            float_out if last else float_partials,
-            float_partials,
-            single,
-            target,
-        )
-        if last:
-            break
+        out = float_out if last else float_partials
+        cycles += _reduce_vertex(size, this - single, out, float_partials, single, target)
     return cycles

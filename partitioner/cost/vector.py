@@ -214,7 +214,7 @@ def binary_cycles(
 def prologue_cycles(target: Target) -> int:
     """The fixed part of a float `BinaryOp1D`, what an optimizer's update pays however few
     elements a tile holds."""
-    return target.threads_per_tile * 29 + 11
+    return binary_cycles("add", 0, np.dtype(np.float32), target)
 
 
 def _compare(direction: str, dtype: np.dtype) -> int:

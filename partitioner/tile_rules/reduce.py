@@ -10,7 +10,7 @@ from jax import lax
 
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
-from partitioner.cost.amp import reduce_plan
+from partitioner.cost.amp import reduce_stages
 from partitioner.cost.exchange import exchange_cycles
 from partitioner.cost.vector import reduce_cycles
 from partitioner.layout import Layout, free_move, tile_bytes
@@ -35,7 +35,7 @@ def _reduce_split(
         # each tile receives its block (unless it holds it already), then reduces it
         cycles = exchange_cycles(target, pb * qb * itemsize)
         cycles += reduce_cycles(pb, qb, dtype, True, operands, target)
-        for stage in combine_stages(gq):
+        for stage in reduce_stages(gq):
             cycles += exchange_cycles(target, stage * pb * itemsize) + target.sync_cycles
             cycles += reduce_cycles(pb, stage, dtype, False, operands, target)
         if best_cycles is None or cycles < best_cycles:
@@ -78,18 +78,6 @@ def reduce_tile_rule(
     contiguous = not in_place or kept == list(range(len(kept)))
     steps = _reduce_steps(op, grids, outs, gq, in_place, contiguous, ctx.target)
     return Task(op, inputs, layouts, outs, kernel, steps)
-
-
-def combine_stages(partials: int) -> list[int]:
-    """How many partials each stage of a multi-stage reduction adds, in PopLibs' stages
-    (`reduce_plan`: one below 16 partials, two below 125, else three, of about equal depth)."""
-    plan: list[int] = []
-    for remaining in (*reduce_plan(partials), 1):
-        if partials <= 1:
-            break
-        plan.append(-(-partials // remaining) if remaining > 1 else partials)
-        partials = -(-partials // plan[-1])
-    return plan
 
 
 def _depth_split(x: Array, order: tuple[int, ...], rows: int, gq: int, init: Array) -> Array:
@@ -136,7 +124,7 @@ def _reduce_steps(
     # The partials combined in stages, as PopLibs plans a reduction of many partials
     # (`getMultiStageReducePlan`): each stage adds `depth` of them per output block.
     remaining = gq
-    for depth in combine_stages(gq):
+    for depth in reduce_stages(gq):
         remaining = -(-remaining // depth)
         last = remaining == 1
         tiles = outs[0].tiles * remaining

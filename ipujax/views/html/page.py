@@ -103,34 +103,9 @@ def _phases(report: CostReport) -> str:
     if not report.phases:
         return panel("Phases", '<p class="none">none (phases=None)</p>')
     listing = table(
-        (
-            "phase",
-            "cycles",
-            "compute",
-            "streaming",
-            "exposed",
-            "loads",
-            "stores",
-            "gathered",
-            "kept on chip",
-            "peak tile bytes",
-        ),
-        [
-            (
-                p.name,
-                f"{p.cycles:,}",
-                f"{p.compute_cycles:,}",
-                f"{p.stream_cycles:,}",
-                f"{p.stream_cycles - p.overlapped_cycles:,}",
-                f"{p.load_bytes:,}",
-                f"{p.store_bytes:,}",
-                f"{p.link_bytes:,}",
-                f"{p.kept_bytes:,}",
-                f"{p.peak_tile_bytes:,}",
-            )
-            for p in report.phases
-        ],
-        numeric=tuple(range(1, 10)),
+        m.PHASE_COLUMNS,
+        [(p.name, *(f"{n:,}" for n in m.phase_figures(p))) for p in report.phases],
+        numeric=tuple(range(1, len(m.PHASE_COLUMNS))),
         row_classes=[
             "over" if p.peak_tile_bytes > report.bytes_per_tile else "" for p in report.phases
         ],
