@@ -17,6 +17,8 @@ sections, any subset of which `--only` picks:
   child process: lower and compile seconds and the process's peak host memory.
 * memory: the GPT step and a matmul chain compiled and run on a 16-tile and a 1,472-tile Bow, a
   child process each: peak host memory, which should not grow with the tile count.
+* cnn: the small ResNet's training step of `examples/resnet`, data parallel on 16 Bow IPUs,
+  against `jax.jit`: warm calls interleaved, their ratio.
 * fidelity: every published figure of `ipujax/fidelity.py` against ipujax's cost report, their
   ratios; rewrites docs/fidelity.md too.
 
@@ -32,7 +34,7 @@ concept per module (they import each other by their plain names, benchmarks/ bei
 `setups.py` (what to measure: `FULL`, `QUICK`), `programs.py` (the GPT step, the matmul chain,
 Bow targets), `measuring.py` (timing, peak memory, child processes), `timing.py` (the run and
 compile sections), `spmd.py`, `gpt3.py` and `memory.py` (a section each, with its child),
-`fidelity.py`, and `results.py` (tables, the machine's details, RESULTS.md).
+`cnn.py`, `fidelity.py`, and `results.py` (tables, the machine's details, RESULTS.md).
 
     python benchmarks/run.py                                  # everything; writes RESULTS.md
     python benchmarks/run.py --only run,compile --repeats 3 --no-write
@@ -55,6 +57,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+from cnn import cnn_section  # noqa: E402
 from fidelity import fidelity_section  # noqa: E402
 from gpt3 import child_cost, gpt3_section  # noqa: E402
 from measuring import log, warm_up_jax  # noqa: E402
@@ -74,7 +77,7 @@ from spmd import child_xla, spmd_section  # noqa: E402
 from spmd_compare import REPO  # noqa: E402
 from timing import compile_section, measure_mesh, run_section  # noqa: E402
 
-SECTIONS = ("run", "compile", "spmd", "gpt3", "memory", "fidelity")
+SECTIONS = ("run", "compile", "spmd", "gpt3", "memory", "cnn", "fidelity")
 CHILDREN: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "xla": child_xla,
     "cost": child_cost,
@@ -101,13 +104,14 @@ def measure(
         "spmd": lambda: spmd_section(setup, [r for r in runs if r.mesh.ipus > 1], repeats),
         "gpt3": lambda: gpt3_section(setup),
         "memory": lambda: memory_section(setup),
+        "cnn": lambda: cnn_section(setup, repeats),
         "fidelity": lambda: fidelity_section(setup),
     }
     sections = []
     for name in (n for n in SECTIONS if n in only):
         start = time.perf_counter()
         sections.append(builders[name]())
-        if name in ("spmd", "gpt3", "memory", "fidelity"):
+        if name in ("spmd", "gpt3", "memory", "cnn", "fidelity"):
             timings[name] = time.perf_counter() - start
         print(f"\n## {sections[-1].title}\n\n{sections[-1].table}", flush=True)
         for note in sections[-1].notes:

@@ -42,6 +42,8 @@ class Setup:
     memory_programs: tuple[str, ...]  # "gpt" (the step above), "matmul" (a chain)
     matmul: tuple[int, int]  # the matmul chain: size, depth
     fidelity: str  # the published figures whose name contains this ("" for all)
+    cnn_ipus: int  # the data-parallel CNN step's IPUs
+    cnn_batch: int  # and its global batch
 
     @property
     def many(self) -> tuple[MeshSpec, ...]:
@@ -60,6 +62,8 @@ FULL = Setup(
     memory_programs=("gpt", "matmul"),
     matmul=(2048, 4),
     fidelity="",
+    cnn_ipus=16,
+    cnn_batch=64,
 )
 QUICK = Setup(
     config={"vocab": 256, "seq": 16, "layers": 2, "d_model": 32, "heads": 4},
@@ -73,6 +77,8 @@ QUICK = Setup(
     memory_programs=("matmul",),
     matmul=(128, 2),
     fidelity="[16, 16] x [16, 16]",
+    cnn_ipus=2,
+    cnn_batch=4,
 )
 
 

@@ -11,9 +11,13 @@ A figure is checked, never fitted: no constant of the `Target` was chosen to mat
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import jax
@@ -35,14 +39,19 @@ class Figure:
     published: float
     unit: str
     source: str
-    measure: Callable[[], float]
+    # The figure, or the figure and how ipujax derived it (a line for docs/fidelity.md).
+    measure: Callable[[], float | tuple[float, str]]
     what: str  # the quantity ipujax reads, in a few words
+    # A whole system's throughput depends on more than the cost model (how Graphcore's
+    # software overlapped and combined its work), so its issue set a wider band.
+    band: tuple[float, float] = (LOW, HIGH)
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
     figure: Figure
     ipujax: float
+    derivation: str = ""
 
     @property
     def ratio(self) -> float:
@@ -50,7 +59,8 @@ class Row:
 
     @property
     def within(self) -> bool:
-        return LOW <= self.ratio <= HIGH
+        low, high = self.figure.band
+        return low <= self.ratio <= high
 
 
 def _report(
@@ -151,6 +161,61 @@ def _layer(p: dict, x: jax.Array, heads: int = 16) -> jax.Array:
     return h + jax.nn.gelu(h @ p["up"]) @ p["down"]
 
 
+_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _example(path: str) -> ModuleType:
+    """A module of the project's examples, loaded by path (a source checkout has them)."""
+    file = _EXAMPLES / path
+    if not file.exists():
+        raise FileNotFoundError(f"{file} not found: this figure needs the project's examples")
+    name = "ipujax_fidelity_" + path.replace("/", "_").removesuffix(".py")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, file)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+RESNET_MICRO_BATCH, RESNET_ACCUMULATION = 18, 57  # Graphcore's resnet50_mk2 config
+
+
+def _resnet50_pod16() -> tuple[float, str]:
+    """ResNet-50 training, data parallel over an MK2 Pod16 as Graphcore's config ran it: 18
+    images per replica and micro-batch, batch norm over each replica's own batch, fp16, SGD
+    with momentum, 8-bit images, blocks recomputed, 57 micro-batches' gradients accumulated
+    per update. One micro-batch's step is compiled (cost only); the gradients' AllReduce,
+    which Graphcore ran once per 57 micro-batches, is charged once per 57: images per second
+    = 57 x 18 x 16 / (57 x (step - collectives) + collectives)."""
+    workloads = _example("resnet/workloads.py")
+    data_parallel = workloads.sharding.KNOWN_AXES[0]  # the axis the example splits images over
+    mesh = make_mesh((16,), (data_parallel,), target=Target.mk2())
+    fun, args, kwargs = workloads.resnet50(mesh, batch_per_replica=RESNET_MICRO_BATCH)
+    report = jit(fun, **kwargs).lower(*args).compile().cost_report()
+    split = report.time_split()
+    step, reduce = report.seconds, split["collectives"]
+    micro = step - reduce
+    images = RESNET_ACCUMULATION * RESNET_MICRO_BATCH * 16
+    rate = images / (RESNET_ACCUMULATION * micro + reduce)
+    parts = ", ".join(
+        f"{name} {split[name] * 1e3:.2f}" for name in ("compute", "copies", "exchange", "sync")
+    )
+    derivation = (
+        f"one micro-batch of {RESNET_MICRO_BATCH} images per IPU takes {micro * 1e3:.2f} ms "
+        f"({parts}, host IO of the 8-bit images {split['host'] * 1e3:.2f} ms), the gradients' "
+        f"AllReduce "
+        f"{reduce * 1e3:.2f} ms once per {RESNET_ACCUMULATION} micro-batches; peak tile memory "
+        f"{report.peak_tile_bytes:,} of {report.bytes_per_tile:,} B (fits: "
+        f"{'yes' if report.fits else 'no'}). {images:,} images / "
+        f"({RESNET_ACCUMULATION} x {micro * 1e3:.2f} + {reduce * 1e3:.2f} ms) = {rate:,.0f} "
+        f"images/s. `ipujax cost-report examples/resnet/workloads.py:resnet50 --mesh dp=16 "
+        f"--target mk2` shows the micro-batch's step."
+    )
+    return rate, derivation
+
+
 _TESSELLATE = (
     "graphcore-research/tessellate-ipu, notebooks/IPU Peak Flops.ipynb: one "
     "ConvPartial1x1Out vertex per tile on a Bow, cycles = 2 N 256 x 1,472 x 1.85 GHz / TFLOPS"
@@ -205,15 +270,40 @@ FIGURES: tuple[Figure, ...] = (
         _bow_over_mk2,
         "a 2-layer transformer's training step, data parallel on 4 IPUs",
     ),
+    Figure(
+        "ResNet-50 training throughput, fp16, MK2 Pod16 (16 replicas)",
+        26000,
+        "images/s",
+        "Graphcore, 'Scaling computer vision training on the IPU' (Lakshmi Krishnan's talk): "
+        "'about 26,000 images per second' on a Pod16 with TensorFlow; the configuration is "
+        "that of graphcore/examples vision/cnns/pytorch configs.yml resnet50_mk2: 18 images "
+        "per replica, 16 replicas, batch norm, 16.16, gradient accumulation 57, 8-bit IO",
+        _resnet50_pod16,
+        "57 micro-batch steps and one gradient AllReduce, data parallel on 16 IPUs",
+        band=(0.5, 1.5),
+    ),
 )
 
 
 def run(figures: Sequence[Figure] = FIGURES) -> list[Row]:
-    return [Row(figure, float(figure.measure())) for figure in figures]
+    rows = []
+    for figure in figures:
+        measured = figure.measure()
+        value, derivation = measured if isinstance(measured, tuple) else (measured, "")
+        rows.append(Row(figure, float(value), derivation))
+    return rows
 
 
 def number(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.2f}"
+
+
+def ratio_text(row: Row) -> str:
+    """The ratio, with the row's band when it is not the table's."""
+    if row.figure.band == (LOW, HIGH):
+        return f"{row.ratio:.2f}"
+    low, high = row.figure.band
+    return f"{row.ratio:.2f} (band {low}-{high})"
 
 
 def markdown(rows: Sequence[Row]) -> str:
@@ -226,14 +316,17 @@ def markdown(rows: Sequence[Row]) -> str:
         f = row.figure
         lines.append(
             f"| {f.name} | {number(f.published)} {f.unit} | {number(row.ipujax)} {f.unit} | "
-            f"{row.ratio:.2f} | {f.what} | {f.source} |"
+            f"{ratio_text(row)} | {f.what} | {f.source} |"
         )
     return "\n".join(lines)
 
 
 def document(rows: Sequence[Row]) -> str:
-    """docs/fidelity.md: the table between the notes that say how to read it."""
-    return _HEADER + markdown(rows) + "\n" + _FOOTER
+    """docs/fidelity.md: the table between the notes that say how to read it, and how the
+    figures that need one were derived."""
+    derived = [f"- **{r.figure.name}**: {r.derivation}" for r in rows if r.derivation]
+    derivations = "\n## Derivations\n\n" + "\n".join(derived) + "\n" if derived else ""
+    return _HEADER + markdown(rows) + "\n" + derivations + _FOOTER
 
 
 _HEADER = f"""# Fidelity: ipujax against published figures
@@ -241,7 +334,8 @@ _HEADER = f"""# Fidelity: ipujax against published figures
 Written by `ipujax fidelity --markdown docs/fidelity.md` (and `make bench`); do not edit the
 table by hand. Each row compiles the program behind a published IPU measurement for the same
 virtual machine and reads the same quantity from its cost report. The band is
-{LOW}-{HIGH}x; `ipujax fidelity` exits with 1 when a ratio falls outside it. No constant of the
+{LOW}-{HIGH}x unless a row gives its own (a whole system's throughput, whose issue set
+0.5-1.5x); `ipujax fidelity` exits with 1 when a ratio falls outside its band. No constant of the
 `Target` was fitted to a row: each cost term comes from PopLibs' estimators or a stated source
 (docs/target.md), and the rows check it.
 
@@ -253,8 +347,12 @@ _FOOTER = """
 - The strided copy of 126,283 cycles next to the Q.K^T above, in the same ViT profile: the
   profile does not give the copy's shape or strides, so its program cannot be rebuilt. The copy
   rates it would run at are in docs/target.md ("On-tile copies").
-- ResNet-50 training on an MK2 Pod16 (Graphcore's published throughput): needs convolutions
-  and data-parallel vision (issue 18).
+- Graphcore's later ResNet-50 figures, for context: 30,000 images/s on an MK2 Pod16 in MLPerf
+  v1.1 (with distributed batch norm, LARS and other optimisations described in Graphcore's
+  "Accelerating ResNet-50 training on the IPU for MLPerf", January 2022) and 42,029 on a Bow
+  Pod16 (graphcore.ai performance results, TensorFlow, pre-SDK 2.5). ipujax's model of the
+  configuration above is not tuned to them; against them it reads low (see the ResNet-50 row's
+  derivation: compute, exchange and host IO are charged with nothing overlapped).
 - BERT-Large and GPT throughput on Pods: need the pipelined schedule and plan search
   (issue 21).
 """

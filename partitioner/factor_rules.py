@@ -377,6 +377,57 @@ def _reduce_window_factor_rule(op: Op) -> Factors:
     return Factors((dims,) * half + ((),) * half, (dims,) * half, shape, rule="reduce_window")
 
 
+def _convolution_factor_rule(op: Op) -> Factors:
+    """A convolution as the matmul PopLibs sees: the batch and the output features split
+    freely, the input features are a reduction factor (each IPU convolves its channels into a
+    partial sum). In a weight gradient jax puts the images' batch in the input-feature role,
+    so a data-parallel batch leaves the gradient a partial sum, finished by an AllReduce.
+    Spatial dims correspond only where a window is one element with no stride, padding or
+    dilation (a 1x1 convolution); other windows read neighbours (halos), so they stay whole
+    across IPUs. Grouped convolutions keep their features whole."""
+    a = op.attrs
+    (lb, lf, *ls), (ro, ri, *rs), (ob, of, *os_) = a["dimension_numbers"]
+    lhs, rhs = op.operands
+    groups = a["feature_group_count"] > 1 or a["batch_group_count"] > 1
+    left: list[int | None] = [None] * len(lhs.shape)
+    right: list[int | None] = [None] * len(rhs.shape)
+    out: list[int | None] = [None] * len(op.results[0].shape)
+    sizes = [lhs.shape[lb], rhs.shape[ro], lhs.shape[lf]]
+    reduction: frozenset[int] = frozenset()
+    if a["batch_group_count"] == 1:
+        left[lb] = out[ob] = 0
+    if not groups:
+        right[ro] = out[of] = 1
+        left[lf] = right[ri] = 2
+        reduction = frozenset({2})
+    for i, (l_dim, r_dim, o_dim) in enumerate(zip(ls, rs, os_, strict=True)):
+        point = (
+            rhs.shape[r_dim] == 1
+            and a["window_strides"][i] == 1
+            and a["padding"][i] == (0, 0)
+            and a["lhs_dilation"][i] == 1
+        )
+        if point:
+            left[l_dim] = out[o_dim] = len(sizes)
+            sizes.append(lhs.shape[l_dim])
+    return Factors(
+        (tuple(left), tuple(right)), (tuple(out),), tuple(sizes), reduction, "convolution"
+    )
+
+
+def _select_and_scatter_factor_rule(op: Op) -> Factors:
+    """A pooling gradient: the dims its window does not span (batch, channels) correspond
+    between the pooled input, the gradient it scatters and the result."""
+    a = op.attrs
+    shape = op.operands[0].shape
+    plain = [
+        w == 1 and s == 1 and p == (0, 0)
+        for w, s, p in zip(a["window_dimensions"], a["window_strides"], a["padding"], strict=True)
+    ]
+    dims = tuple(d if plain[d] else None for d in range(len(shape)))
+    return Factors((dims, dims, ()), (dims,), shape, rule="select_and_scatter")
+
+
 FACTOR_RULES: dict[str, FactorRule] = {
     **dict.fromkeys(ELEMENTWISE, _elementwise_factor_rule),
     "constant": _replicated_factor_rule,  # no operands; a constant is made on every IPU
@@ -397,11 +448,11 @@ FACTOR_RULES: dict[str, FactorRule] = {
     "scatter": _scatter_factor_rule,
     "sort": _sort_factor_rule,
     "top_k": _top_k_factor_rule,
+    "convolution": _convolution_factor_rule,
+    "select_and_scatter": _select_and_scatter_factor_rule,
     "sharding_constraint": _identity_factor_rule,
     "optimization_barrier": _identity_factor_rule,
     # Not split across IPUs yet: each runs whole on every IPU, its operands gathered first.
-    "convolution": _replicated_factor_rule,
-    "select_and_scatter": _replicated_factor_rule,
     "while": _replicated_factor_rule,
     "case": _replicated_factor_rule,
     # Ops the partitioner inserts into per-IPU programs; a global program has none.

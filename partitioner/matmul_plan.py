@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from partitioner.conv_field import ConvField, input_elements
 from partitioner.cost.amp import amp_cycles, in_chans_per_group, partials_reduce_cycles
 from partitioner.cost.copies import transpose_cycles
 from partitioner.cost.exchange import exchange_cycles
@@ -80,10 +81,21 @@ class _Problem:
     partial_dtype: np.dtype
     out_dtype: np.dtype
     rearrange: tuple[bool, bool]  # lhs, rhs need grouping by channels on their tiles
+    field: ConvField | None = None  # a convolution's geometry: its lhs is an input field
 
     @property
     def in_itemsize(self) -> int:
         return self.in_dtype.itemsize
+
+    def lhs_elements(self, split: tuple[int, ...]) -> int:
+        """Elements of the lhs one tile of `split` reads: a [bb, mb, kb] block of a matmul, or
+        the input field (halos included) of a convolution's block (`conv_field`)."""
+        b, m, _, k = split
+        bb = _ceil(self.batch, b)
+        if self.field is not None:
+            depth = _ceil(math.prod(self.field.depth), k)
+            return bb * input_elements(self.field, _ceil(self.rows, m), depth)
+        return bb * _ceil(self.rows, m) * _ceil(self.depth, k)
 
 
 class TileCycles(NamedTuple):
@@ -154,7 +166,7 @@ def tile_cycles(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> 
 def _evaluate(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> MatmulPlan:
     b, m, n, k = split
     bb, mb, nb, kb = _ceil(p.batch, b), _ceil(p.rows, m), _ceil(p.cols, n), _ceil(p.depth, k)
-    in_bytes = (bb * mb * kb + bb * kb * nb) * p.in_itemsize
+    in_bytes = (p.lhs_elements(split) + bb * kb * nb) * p.in_itemsize
     partial_bytes = bb * mb * nb * p.partial_dtype.itemsize
     spread = _spread(split, p.cols)
     cycles = tile_cycles(p, split, serial, t)
@@ -176,17 +188,18 @@ def problem(
     partial_itemsize: int,
     out_dtype: np.dtype | None = None,
     rearrange: tuple[bool, bool] = (False, False),
+    field: ConvField | None = None,
 ) -> _Problem:
     """A [batch, rows, depth] x [batch, depth, cols] matmul with partials of
     `partial_itemsize` bytes (f32 for floats), results of `out_dtype` (the partials' type by
-    default) and the operands that need grouping by channels."""
+    default), the operands that need grouping by channels and, for a convolution, its field."""
     in_dtype = np.dtype(in_dtype)
     floating = in_dtype.kind in "fV"
     partial = np.dtype(np.float32) if floating else np.dtype(f"i{partial_itemsize}")
     if floating and partial_itemsize == 8:
         partial = np.dtype(np.float64)
     out = np.dtype(out_dtype) if out_dtype is not None else partial
-    return _Problem(batch, rows, cols, depth, in_dtype, partial, out, rearrange)
+    return _Problem(batch, rows, cols, depth, in_dtype, partial, out, rearrange, field)
 
 
 def plan_matmul(

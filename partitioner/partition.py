@@ -7,7 +7,8 @@ operands are first resharded to what its factors need, which is where communicat
 - a dimension split over more axes than needed: AllGather over the extra (minor) axes;
 - a dimension split over fewer axes than wanted: each IPU takes its own slice (no traffic).
 Sums are left pending as long as they can be: an add, subtract or negate of partial sums over the
-same axes is a partial sum, and a scatter-add of updates split over IPUs makes one.
+same axes (or of one and zeros, an accumulator's start) is a partial sum, so is a reshape or
+transpose of one it alone reads, and a scatter-add of updates split over IPUs makes one.
 A reduction over a dimension padded to divide by its axes first masks the padding to zero. An op
 whose per-IPU form would be wrong (an uneven reshape, say) runs whole, on gathered operands.
 Every collective records the op that needed it and why.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -58,6 +60,7 @@ class Partitioned:
 
 # Ops that are sums of their operands' terms: applied to partial sums, a partial sum.
 _LINEAR = frozenset({"add", "subtract", "negate"})
+_VIEWS = frozenset({"reshape", "transpose"})
 
 
 def _max_id(graph: Graph) -> int:
@@ -121,6 +124,8 @@ class _Partitioner:
         self.producers = producers(graph)
         self.resharded: dict[tuple[Value, Sharding], Value] = {}
         self.forced: list[ForcedWhole] = []
+        self.uses = Counter(v for op in graph.ops for v in (*op.operands, *free_values_of(op)))
+        self.uses.update(graph.outputs)
 
     def operand(self, value: Value, want: Sharding, op: Op, why: str) -> Value:
         """`value` as `want` on this IPU, communicating once per value and sharding: a
@@ -236,10 +241,16 @@ class _Partitioner:
     def pending_through(self, op: Op) -> Axes:
         """The axes of a sum still pending on every operand of a linear op (add, subtract,
         negate), which the op keeps pending: the sum of partial sums is the partial sum of
-        the sums, so one collective finishes it later instead of one per operand."""
+        the sums, so one collective finishes it later instead of one per operand. A zero
+        operand (an accumulator's start) adds nothing, so a gradient accumulated over
+        micro-batches stays a partial sum until it is read, and is reduced once."""
+        if op.name in _VIEWS:
+            # A view of a sum read by this view alone (else finishing it once serves all).
+            (x,) = op.operands
+            return self.local[x][1].partial if self.uses[x] == 1 else ()
         if op.name not in _LINEAR:
             return ()
-        pending = {self.local[v][1].partial for v in op.operands}
+        pending = {self.local[v][1].partial for v in op.operands if not self.zeros(v)}
         return pending.pop() if len(pending) == 1 else ()
 
     def emit_local(

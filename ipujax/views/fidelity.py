@@ -7,11 +7,12 @@ from typing import Any
 
 from rich.table import Table
 
-from ipujax.fidelity import HIGH, LOW, Row, number
+from ipujax.fidelity import HIGH, LOW, Row, number, ratio_text
 
 
 def render_fidelity(console: Any, rows: Sequence[Row]) -> None:
-    table = Table(title=f"ipujax against published figures (band {LOW}-{HIGH})", show_lines=False)
+    title = f"ipujax against published figures (band {LOW}-{HIGH} unless a row says otherwise)"
+    table = Table(title=title, show_lines=False)
     table.add_column("figure")
     table.add_column("published", justify="right")
     table.add_column("ipujax", justify="right")
@@ -19,7 +20,8 @@ def render_fidelity(console: Any, rows: Sequence[Row]) -> None:
     table.add_column("ipujax reads")
     for row in rows:
         f = row.figure
-        ratio = f"{row.ratio:.2f}" if row.within else f"[red]{row.ratio:.2f} (outside)[/red]"
+        ratio = ratio_text(row)
+        ratio = ratio if row.within else f"[red]{ratio} (outside)[/red]"
         table.add_row(
             f.name,
             f"{number(f.published)} {f.unit}",
@@ -31,3 +33,8 @@ def render_fidelity(console: Any, rows: Sequence[Row]) -> None:
     console.print("Sources:")
     for i, row in enumerate(rows, 1):
         console.print(f"  {i}. {row.figure.name}: {row.figure.source}")
+    derived = [row for row in rows if row.derivation]
+    if derived:
+        console.print("Derivations:")
+    for row in derived:
+        console.print(f"  {row.figure.name}: {row.derivation}")

@@ -11,7 +11,9 @@ costs, and a kernel that computes its results. There are five kinds:
   that own the output and reduced again;
 - views (reshape of a linearly mapped tensor, broadcasts, sharding annotations, barriers) cost
   nothing and hold no storage of their own;
-- every other op (data movement, gather and scatter, sort, convolution, control flow) runs as
+- convolution is planned the same way, its rows the output positions and its depth the input
+  channels times the kernel positions (`conv`);
+- every other op (data movement, gather and scatter, sort, windows, control flow) runs as
   one kernel over the whole tensor, costed as an exchange that brings each result tile its block
   plus the op's work spread evenly over the result's tiles.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 from lowering import COLLECTIVES, ELEMENTWISE
 from partitioner.tile_rules.collective import collective_tile_rule
 from partitioner.tile_rules.common import TileRule
+from partitioner.tile_rules.conv import convolution_tile_rule
 from partitioner.tile_rules.elementwise import elementwise_tile_rule
 from partitioner.tile_rules.matmul import dot_general_tile_rule, operand_layouts
 from partitioner.tile_rules.reduce import reduce_tile_rule
@@ -42,10 +45,10 @@ from partitioner.tile_rules.views import (
 from partitioner.tile_rules.whole import whole_tensor_tile_rule
 
 # Ops that run as one kernel over the whole tensor (see `whole`): data movement, gather and
-# scatter, sort, convolution, windows, control flow, and the shard ops of per-IPU programs.
+# scatter, sort, windows, control flow, and the shard ops of per-IPU programs.
 _WHOLE = (
     "iota", "transpose", "slice", "dynamic_slice", "dynamic_update_slice",
-    "concatenate", "pad", "reverse", "gather", "scatter", "sort", "top_k", "convolution",
+    "concatenate", "pad", "reverse", "gather", "scatter", "sort", "top_k",
     "reduce_window", "select_and_scatter", "while", "case", "shard_slice", "shard_mask",
     "shard_index",
 )  # fmt: skip
@@ -60,6 +63,7 @@ TILE_RULES: dict[str, TileRule] = {
     "reshape": reshape_tile_rule,
     "broadcast_in_dim": broadcast_tile_rule,
     "dot_general": dot_general_tile_rule,
+    "convolution": convolution_tile_rule,
     "reduce": reduce_tile_rule,
     "sharding_constraint": identity_tile_rule,
     "optimization_barrier": identity_tile_rule,

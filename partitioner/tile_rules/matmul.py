@@ -198,7 +198,7 @@ def _planned(
     result = op.results[0]
     partial_dtype = matmul.partial_dtype
     grid_l, grid_r, out = _grids(op, plan)
-    contract = _contraction(op, partial_dtype)
+    contract = contraction(op, partial_dtype)
 
     def kernel(lhs_array: Array, rhs_array: Array) -> tuple[Array, ...]:
         return (lax.convert_element_type(contract(lhs_array, rhs_array), result.dtype),)
@@ -212,24 +212,25 @@ def _planned(
     ):
         block = tile_bytes(grid, value.dtype)
         blocks.append(block - block // share if layout == created else block)
-    steps = _dot_steps(op, plan, matmul, sum(blocks), out, partial_dtype, target)
+    steps = planned_steps(op, plan, matmul, sum(blocks), out, partial_dtype, target)
     temps = (
         TileBytes(0, plan.tiles, blocks[0] // plan.serial, "lhs blocks"),
         TileBytes(0, plan.tiles, blocks[1] // plan.serial, "rhs blocks"),
-        TileBytes(0, plan.tiles, _block_outputs(op, plan) * partial_dtype.itemsize, "partial sums"),
+        TileBytes(
+            0, plan.tiles, block_outputs(matmul, plan) * partial_dtype.itemsize, "partial sums"
+        ),
     )
     return Task(
         op, inputs, layouts, (out,), kernel, steps, tuple(t for t in temps if t.bytes_per_tile)
     )
 
 
-def _block_outputs(op: Op, plan: MatmulPlan) -> int:
+def block_outputs(matmul: _Problem, plan: MatmulPlan) -> int:
     """Outputs of one tile's block: the partial sums it makes."""
-    big_b, big_m, big_n, _, _ = _problem(op)
-    return -(-big_b // plan.b) * -(-big_m // plan.m) * -(-big_n // plan.n)
+    return -(-matmul.batch // plan.b) * -(-matmul.rows // plan.m) * -(-matmul.cols // plan.n)
 
 
-def _contraction(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
+def contraction(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
     """Both supersteps of a planned matmul as one contraction: each tile (b, m, n, k) multiplies
     its blocks into partials of `partial_dtype` (PopLibs' partials type, f32 for floats) and
     the k tiles' partials are summed. Over all tiles these are the sums of one `dot_general`
@@ -246,7 +247,7 @@ def _contraction(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
     return contract
 
 
-def _dot_steps(
+def planned_steps(
     op: Op,
     plan: MatmulPlan,
     matmul: _Problem,

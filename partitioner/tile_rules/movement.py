@@ -4,8 +4,7 @@ Data movement is what most of them do: a tile writes its block of the result fro
 exchange brought or that were there already. How fast depends on the runs it copies
 (`cost.copies`): a transpose moves single elements and runs PopLibs' transpose vertices, a
 slice of whole rows copies long runs, a gather copies one slice per index. The others (sort,
-windows, control flow) are charged their work at the vector rates of `cost.vector`, and
-convolutions at the AMP's peak until they are planned as PopLibs plans them.
+windows, control flow) are charged their work at the vector rates of `cost.vector`.
 
 Each rule returns the busiest tile's cycles and whether they are on-tile copies ("copy",
 shown apart in the report) or computation ("compute").
@@ -17,7 +16,6 @@ import math
 from collections.abc import Callable
 
 from lowering import ELEMENTWISE, Op
-from partitioner.cost.compute import amp_flops_per_cycle
 from partitioner.cost.copies import (
     copy_cycles,
     fill_cycles,
@@ -165,12 +163,6 @@ def _select_and_scatter(op: Op, elements: int, extra: int, target: Target) -> Wo
     return select_cycles(max(elements, extra), target), "compute"
 
 
-def _convolution(op: Op, elements: int, extra: int, target: Target) -> Work:
-    """At the AMP's peak (issue 18 plans convolutions as PopLibs does)."""
-    rate = amp_flops_per_cycle(target, op.operands[0].dtype)
-    return math.ceil(extra / rate), "compute"
-
-
 def _combine(op: Op, elements: int, extra: int, target: Target) -> Work:
     """A reducing collective adds what it receives into its block (GCL's reductions)."""
     return binary_cycles("add", elements, op.results[0].dtype, target), "compute"
@@ -206,7 +198,6 @@ WHOLE_WORK: dict[str, WorkRule] = {
     "scatter": _scatter,
     "sort": _vector_work,
     "top_k": _vector_work,
-    "convolution": _convolution,
     "reduce_window": _reduce_window,
     "select_and_scatter": _select_and_scatter,
     "while": _vector_work,

@@ -1,5 +1,6 @@
 """Differential fuzzing: random programs (elementwise, matmuls, reductions, reshapes and
-transposes, softmax, concatenation, gather and scatter, control flow, gradients) on random
+transposes, softmax, concatenation, gather and scatter, control flow, convolutions, pooling,
+batch norm, gradients) on random
 meshes of 1 to 8 IPUs with random PartitionSpecs, uneven dims included, must give jax.jit's
 values. The default hypothesis profile runs 25 cases in `make test`;
 IPUJAX_HYPOTHESIS_PROFILE=long runs 2,000."""
@@ -33,6 +34,7 @@ MESHES = [
 KINDS = [
     "matmul", "matmul_sum", "softmax", "max", "transpose", "concat", "reshape", "grad",
     "gather", "scatter", "cond", "while", "scatter_rows", "embed_grad", "two_products",
+    "conv", "conv_grad", "pool_grad", "batch_norm",
 ]  # fmt: skip
 
 
@@ -56,8 +58,40 @@ def _program(kind: str):
         "embed_grad": lambda x, w: jax.grad(lambda x: jnp.sum(jnp.tanh(x[_rows(x)] @ w)))(x),
         # a linear op of two partial sums
         "two_products": lambda x, w: x @ w - (jnp.cos(x) @ w),
+        # images [m, n, 3, 1] (batch m) through a [3, 3, 1, k] kernel: channels k
+        "conv": lambda x, w: jnp.tanh(_conv(_image(x), _kernel(w))).sum(axis=(1, 2)),
+        "conv_grad": lambda x, w: jax.grad(
+            lambda w: jnp.sum(jnp.tanh(_conv(_image(x), _kernel(w), 2)) ** 2)
+        )(w),
+        "pool_grad": lambda x, w: jax.grad(lambda x: jnp.sum(_pool(_image(x) * 1.5) ** 2))(x),
+        "batch_norm": lambda x, w: _batch_norm(_conv(_image(x), _kernel(w))).sum(axis=(1, 2)),
     }
     return programs[kind]
+
+
+def _image(x: jax.Array) -> jax.Array:
+    """x [m, n] as m images of n x 3 pixels, one channel."""
+    return (x[:, :, None] * jnp.array([1.0, -0.5, 0.25]))[..., None]
+
+
+def _kernel(w: jax.Array) -> jax.Array:
+    """A [3, 3, 1, k] kernel from w [n, k]."""
+    return jnp.sin(jnp.arange(9.0)).reshape(3, 3, 1, 1) * w.mean(axis=0)
+
+
+def _conv(x: jax.Array, k: jax.Array, stride: int = 1) -> jax.Array:
+    return jax.lax.conv_general_dilated(
+        x, k, (stride, stride), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
+
+
+def _pool(x: jax.Array) -> jax.Array:
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 1, 1, 1), "SAME")
+
+
+def _batch_norm(x: jax.Array) -> jax.Array:
+    mean = jnp.mean(x, axis=(0, 1, 2))
+    return (x - mean) * jax.lax.rsqrt(jnp.mean(jnp.square(x - mean), axis=(0, 1, 2)) + 1e-3)
 
 
 def _rows(x: jax.Array) -> jax.Array:
