@@ -25,12 +25,13 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, PartitionSpec
 
+from ipujax.analysis import MemoryAnalysis, cost_analysis, memory_analysis, named_shardings
 from ipujax.boundary import api_boundary
 from ipujax.errors import ReplicationWarning
 from ipujax.report import CostReport, build_report
 from ipujax.runtime import make_runner, run_step_by_step
 from ipujax.specs import input_specs, output_specs
-from lowering import Graph, eliminate_dead_code, flatten_args, lower
+from lowering import Graph, eliminate_dead_code, flatten_args, lower, restore_keys
 from partitioner import (
     Built,
     ConfigError,
@@ -41,6 +42,7 @@ from partitioner import (
     default_mesh,
     explain,
     format_program,
+    make_mesh,
     user_shardings,
 )
 
@@ -91,7 +93,7 @@ class Compiled:
         host = self.run.shardings is not None
         with jax.enable_x64(True):
             flat = flatten_args(self.graph, args, kwargs, host)
-        outputs = self.run(*flat)
+        outputs = restore_keys(self.graph, list(self.run(*flat)))
         return jax.tree.unflatten(self.graph.out_tree, outputs)
 
     @property
@@ -102,6 +104,26 @@ class Compiled:
 
     def cost_report(self) -> CostReport:
         return self._report
+
+    def cost_analysis(self) -> dict[str, float]:
+        """jax's `Compiled.cost_analysis()` keys (flops, transcendentals, bytes accessed) for
+        the program each IPU runs, and the step's predicted seconds."""
+        return cost_analysis(self.built, self._report.seconds)
+
+    def memory_analysis(self) -> MemoryAnalysis:
+        """Bytes on one IPU under jax's `CompiledMemoryStats` names, and the fullest tile."""
+        return memory_analysis(self.built)
+
+    @property
+    def input_shardings(self) -> Any:
+        """The inputs' shardings as `NamedSharding`s (over the mesh's `AbstractMesh`), in the
+        arguments' tree: `(args, kwargs)`, as jax gives them."""
+        return named_shardings(self.built, "inputs", self.graph.in_tree)
+
+    @property
+    def output_shardings(self) -> Any:
+        """The results' shardings as `NamedSharding`s, in the results' tree."""
+        return named_shardings(self.built, "outputs", self.graph.out_tree)
 
     def as_text(self) -> str:
         text = format_program(self.program, self.built.graph, self.built.target)
@@ -261,6 +283,18 @@ class Jitted:
         donate = self._donated(dyn_args, len(args))
         return Lowered(graph, self._options, donate, in_specs, out_specs)
 
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        """The results' shapes and dtypes, as `jax.eval_shape` gives them."""
+        return jax.eval_shape(self._fun, *args, **kwargs)
+
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        """jax's trace of the function (`jax.jit(fun).trace`), its jaxpr and more."""
+        return jax.jit(
+            self._fun,
+            static_argnums=self._options.static_argnums,
+            static_argnames=self._options.static_argnames,
+        ).trace(*args, **kwargs)
+
     @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         _, dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
@@ -297,6 +331,24 @@ def _name_parameters(dynamic: Any, fun: Callable[..., Any], positions: set, name
     dynamic.__signature__ = inspect.Signature(kept)
 
 
+def as_mesh(mesh: Any) -> Mesh:
+    """An ipujax mesh from `mesh=`: an ipujax `Mesh`, a `jax.sharding.Mesh` or `AbstractMesh`
+    (its axis names and sizes, on Bow IPUs: `ipujax.make_mesh(..., target=)` picks another),
+    or None (one IPU)."""
+    if mesh is None:
+        return default_mesh()
+    if isinstance(mesh, Mesh):
+        return mesh
+    if isinstance(mesh, jax.sharding.Mesh):
+        return make_mesh(tuple(mesh.devices.shape), tuple(mesh.axis_names))
+    if isinstance(mesh, AbstractMesh):
+        return make_mesh(tuple(mesh.axis_sizes), tuple(mesh.axis_names))
+    raise ConfigError(
+        f"ipujax.jit(mesh=...) takes an ipujax.Mesh or a jax.sharding.Mesh, got "
+        f"{type(mesh).__name__}; build one with ipujax.make_mesh(sizes, names)"
+    )
+
+
 def _as_tuple(value: int | str | Sequence[Any] | None) -> tuple:
     if value is None:
         return ()
@@ -326,7 +378,7 @@ def jit(
     sharding and the replicas' costs follow them); by default they are derived: an axis over
     which some input is split and most input bytes are replicated."""
     options = _Options(
-        mesh=mesh or default_mesh(),
+        mesh=as_mesh(mesh),
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         static_argnums=_as_tuple(static_argnums),

@@ -311,7 +311,7 @@ def _cost_report(args: argparse.Namespace) -> int:
 
     report = compile_report(workload_for(args))
     console = _console()
-    render(console, report)
+    render(console, report, args.full)
     _write_views(report, args, console)
     return 0
 
@@ -321,7 +321,7 @@ def _report_show(args: argparse.Namespace) -> int:
 
     report = read_report(args.path)
     console = _console()
-    render(console, report)
+    render(console, report, args.full)
     _write_views(report, args, console)
     return 0
 
@@ -359,6 +359,12 @@ def _add_outputs(parser: argparse.ArgumentParser, *, json_flag: bool) -> None:
         "--trace", metavar="PATH", help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)"
     )
     parser.add_argument("--html", metavar="PATH", help="write a self-contained HTML report")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="list every collective with why it was needed (default: grouped by kind, axes "
+        "and source line)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,21 @@ class ReplicationWarning(UserWarning):
     correct, but it moves and holds the whole tensor on each IPU (`Compiled.explain()`)."""
 
 
+# The classes live in the stage that raises them; users meet them as ipujax's, so tracebacks
+# and `repr` print `ipujax.OutOfMemoryError`, not the internal package's path.
+for _error in (
+    ConfigError,
+    IpujaxError,
+    LoweringError,
+    OutOfMemoryError,
+    ReplicationWarning,
+    ReportError,
+    ShardingError,
+    UnsupportedOpError,
+    VerifyError,
+):
+    _error.__module__ = "ipujax"
+
 __all__ = [
     "ConfigError",
     "IpujaxError",

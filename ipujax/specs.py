@@ -2,7 +2,8 @@
 
 As in `jax.jit`, `in_shardings` is a prefix of the positional arguments: a single spec applies to
 every argument, a tuple has one entry per argument, and each entry applies to every leaf below
-it. `None` leaves the choice to propagation; `P()` fixes a tensor as replicated.
+it. `None` leaves the choice to propagation; `P()` fixes a tensor as replicated. A
+`NamedSharding` stands for its `PartitionSpec`.
 """
 
 from __future__ import annotations
@@ -10,13 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-from jax.sharding import PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
 from partitioner import ShardingError
 
 
 def _is_spec_leaf(x: Any) -> bool:
-    return x is None or isinstance(x, PartitionSpec)
+    return x is None or isinstance(x, (PartitionSpec, NamedSharding))
+
+
+def _spec(x: Any) -> PartitionSpec | None:
+    """A leaf as a PartitionSpec: a `NamedSharding` is its `.spec` (the mesh's axis names are
+    the ones `jit`'s mesh must have; its devices are jax's, not IPUs)."""
+    return x.spec if isinstance(x, NamedSharding) else x
 
 
 def per_leaf(
@@ -24,7 +31,7 @@ def per_leaf(
 ) -> list[PartitionSpec | None]:
     """One spec (or None) per leaf of `tree`, broadcasting the prefix tree `prefix`."""
     if _is_spec_leaf(prefix):
-        return [prefix] * len(jax.tree.leaves(tree))
+        return [_spec(prefix)] * len(jax.tree.leaves(tree))
     specs, structure = jax.tree.flatten(prefix, is_leaf=_is_spec_leaf)
     try:
         subtrees = structure.flatten_up_to(tree)  # type: ignore[attr-defined]
@@ -35,7 +42,7 @@ def per_leaf(
         ) from None
     flat: list[PartitionSpec | None] = []
     for spec, subtree in zip(specs, subtrees, strict=True):
-        flat.extend([spec] * len(jax.tree.leaves(subtree)))
+        flat.extend([_spec(spec)] * len(jax.tree.leaves(subtree)))
     return flat
 
 

@@ -19,7 +19,14 @@ from lowering.errors import (
     VerifyError,
 )
 from lowering.eval_rules import EVAL_RULES
-from lowering.evaluator import apply_rule, evaluate, flatten_args, interpret, run_op
+from lowering.evaluator import (
+    apply_rule,
+    evaluate,
+    flatten_args,
+    interpret,
+    restore_keys,
+    run_op,
+)
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, producers, walk
@@ -75,6 +82,7 @@ __all__ = [
     "lower",
     "op_cost",
     "producers",
+    "restore_keys",
     "run_op",
     "scatter_combiner",
     "unroll_loops",

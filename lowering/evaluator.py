@@ -66,6 +66,7 @@ def flatten_args(graph: Graph, args: tuple, kwargs: dict, host: bool = False) ->
     `host`, leaves that are not jax arrays stay numpy arrays (cast on the host), for a caller
     that puts them on its devices itself: straight from the host is faster than through one."""
     leaves, tree = jax.tree.flatten((args, kwargs))
+    leaves = [_key_data(leaf) for leaf in leaves]
     if graph.in_tree is not None and tree != graph.in_tree:
         raise LoweringError(
             f"the arguments have structure {tree}, but the graph was lowered for {graph.in_tree}; "
@@ -85,6 +86,25 @@ def flatten_args(graph: Graph, args: tuple, kwargs: dict, host: bool = False) ->
     ]
 
 
+def _key_data(leaf: Any) -> Any:
+    """A typed PRNG key as the uint32 data the graph takes for it; anything else unchanged."""
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(leaf)
+    return leaf
+
+
+def restore_keys(graph: Graph, outputs: list[Any]) -> list[Any]:
+    """The graph's outputs with typed PRNG keys where the traced function returned them."""
+    if not graph.out_keys:
+        return outputs
+    # A key dtype carries its implementation (threefry, rbg, ...); wrap_key_data needs it.
+    return [
+        out if key is None else jax.random.wrap_key_data(out, impl=key._impl)
+        for out, key in zip(outputs, graph.out_keys, strict=True)
+    ]
+
+
 def evaluate(graph: Graph, *args: Any, **kwargs: Any) -> Any:
     """Runs a lowered graph on concrete arguments and returns what the traced function returns."""
     with jax.enable_x64(True):
@@ -92,4 +112,4 @@ def evaluate(graph: Graph, *args: Any, **kwargs: Any) -> Any:
         outputs = _jitted(graph)(*flat)
     if graph.out_tree is None:
         return outputs
-    return jax.tree.unflatten(graph.out_tree, outputs)
+    return jax.tree.unflatten(graph.out_tree, restore_keys(graph, list(outputs)))

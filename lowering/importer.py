@@ -135,4 +135,13 @@ def lower(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Graph:
         in_tree=lowered.in_tree,
         out_tree=lowered.out_tree,
         name=getattr(fun, "__name__", "main"),
+        out_keys=_key_dtypes(lowered.out_info),
     )
+
+
+def _key_dtypes(out_info: Any) -> tuple[Any, ...]:
+    """Each output leaf's typed-key dtype (StableHLO carries a key as its uint32 data), or
+    None; () when there is no key."""
+    dtypes = [leaf.dtype for leaf in jax.tree.leaves(out_info)]
+    keys = tuple(d if jax.dtypes.issubdtype(d, jax.dtypes.prng_key) else None for d in dtypes)
+    return keys if any(k is not None for k in keys) else ()

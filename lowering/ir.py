@@ -80,6 +80,9 @@ class Graph:
     in_tree: Any = None
     out_tree: Any = None
     name: str = "main"
+    # Per output leaf, the dtype of a typed PRNG key (its key data is what the graph returns),
+    # or None; empty when no output is a key.
+    out_keys: tuple[Any, ...] = ()
 
     def __str__(self) -> str:
         from lowering.printer import format_graph

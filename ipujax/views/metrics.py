@@ -243,6 +243,39 @@ def by_op(report: CostReport) -> list[OpCost]:
     return _group(report, with_source=False)
 
 
+@dataclass(frozen=True, slots=True)
+class CollectiveGroup:
+    """Collectives of one kind over the same axes needed at one source line."""
+
+    kind: str
+    axes: tuple[str, ...]
+    group_size: int
+    source: str
+    count: int
+    bytes_per_ipu: int
+    cycles: int
+
+
+def collective_groups(report: CostReport) -> list[CollectiveGroup]:
+    """The report's collectives grouped by kind, axes and source line, costliest first."""
+    groups: dict[tuple, list] = {}
+    for c in report.collectives:
+        groups.setdefault((c.kind, c.axes, c.group_size, c.source), []).append(c)
+    found = [
+        CollectiveGroup(
+            kind=key[0],
+            axes=key[1],
+            group_size=key[2],
+            source=key[3],
+            count=len(members),
+            bytes_per_ipu=sum(c.bytes_per_ipu for c in members),
+            cycles=sum(c.cycles for c in members),
+        )
+        for key, members in groups.items()
+    ]
+    return sorted(found, key=lambda g: (-g.cycles, g.source))
+
+
 def tile_balance(report: CostReport) -> float:
     """Σ_steps(compute_cycles * tiles_used) / (Σ_steps compute_cycles * tiles_per_ipu): the share
     of the IPU's tile-cycles of compute in which a tile has work (1.0: every tile, every step)."""

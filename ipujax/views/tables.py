@@ -13,7 +13,9 @@ from ipujax.report import CostReport
 from ipujax.views import metrics as m
 
 TOP_ROWS = 15  # rows of the by-op table before the rest are summed
+SHORT_ROWS = 10  # the same, and collective groups, in the default (one screen) summary
 BAR_WIDTH = 40
+_ONE_LINE = {"op": 14, "source": 24, "kind": 16, "axes": 12}  # column: its widest
 
 
 def _table(title: str, *columns: str, numeric: tuple[int, ...] = ()) -> Table:
@@ -23,8 +25,29 @@ def _table(title: str, *columns: str, numeric: tuple[int, ...] = ()) -> Table:
     for i, name in enumerate(columns):
         if i in numeric:
             table.add_column(name, justify="right", no_wrap=True)
+        elif name in _ONE_LINE:  # an op's name and file:line stay on one line, cut short
+            width = _ONE_LINE[name]
+            table.add_column(
+                name, justify="left", no_wrap=True, overflow="ellipsis", max_width=width
+            )
         else:
             table.add_column(name, justify="left", overflow="fold")
+    return table
+
+
+def _tail(text: str, width: int = 0) -> str:
+    """`text` cut from the left to fit a one-line column: a source keeps its file and line."""
+    width = width or _ONE_LINE["source"]
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
+
+
+def _whole_numbers(table: Table) -> Table:
+    """Numeric columns at least as wide as their widest cell: when the table is wider than the
+    console, Rich cuts the names and sources, never the figures."""
+    for column in table.columns:
+        if column.justify == "right":
+            cells = [str(c) for c in column._cells]
+            column.min_width = max((len(c) for c in cells), default=0)
     return table
 
 
@@ -230,7 +253,11 @@ def categories_table(report: CostReport) -> RenderableType:
     return table
 
 
-def memory_tables(report: CostReport) -> list[RenderableType]:
+def memory_tables(report: CostReport, full: bool = True) -> list[RenderableType]:
+    """Peak per IPU and the categories; in full, or when a tile is over its budget, the tiles'
+    histogram, the fullest tiles and live ranges too."""
+    if not full and report.fits:
+        return [peak_per_ipu_table(report), categories_table(report)]
     return [
         peak_per_ipu_table(report),
         histogram_table(report),
@@ -293,7 +320,7 @@ def by_op_table(report: CostReport, top: int = TOP_ROWS) -> Table:
     for row in shown:
         cells = [
             Text(row.op, style="dim") if row.op.startswith("...") else row.op,
-            m.short_source(row.source) if row.source or not row.op.startswith("...") else "",
+            _tail(m.short_source(row.source)) if row.source or not row.op.startswith("...") else "",
             m.fmt_int(row.steps),
             m.fmt_int(row.compute),
             m.fmt_int(row.exchange),
@@ -303,7 +330,7 @@ def by_op_table(report: CostReport, top: int = TOP_ROWS) -> Table:
         table.add_row(*cells, m.fmt_int(row.cycles), m.fmt_pct(row.cycles / total, 1))
     if not rows:
         table.add_row("none", *[""] * (len(columns) + 1))
-    return table
+    return _whole_numbers(table)
 
 
 def balance_table(report: CostReport) -> Table:
@@ -322,14 +349,15 @@ def balance_table(report: CostReport) -> Table:
     return table
 
 
-def execution_tables(report: CostReport) -> list[RenderableType]:
-    return [kinds_table(report), by_op_table(report), balance_table(report)]
+def execution_tables(report: CostReport, full: bool = True) -> list[RenderableType]:
+    top = TOP_ROWS if full else SHORT_ROWS
+    return [kinds_table(report), by_op_table(report, top), balance_table(report)]
 
 
 # ---- communication and phases ----------------------------------------------------------------
 
 
-def communication_tables(report: CostReport) -> list[RenderableType]:
+def communication_tables(report: CostReport, full: bool = True) -> list[RenderableType]:
     table = _key_values("Communication")
     kinds = m.kind_totals(report)
     table.add_row(
@@ -346,6 +374,12 @@ def communication_tables(report: CostReport) -> list[RenderableType]:
     if not report.collectives:
         out.append(Text.assemble(("Collectives (IPU-Link bytes): ", "bold"), "none"))
         return out
+    out.append(collectives_table(report) if full else collective_groups_table(report, SHORT_ROWS))
+    return out
+
+
+def collectives_table(report: CostReport) -> Table:
+    """Every collective, one row each, with why it was needed (`--full`)."""
     coll = _table(
         "Collectives (IPU-Link bytes)",
         "kind",
@@ -369,8 +403,46 @@ def communication_tables(report: CostReport) -> list[RenderableType]:
             m.short_source(c.source) if c.source else "",
             c.why,
         )
-    out.append(coll)
-    return out
+    return coll
+
+
+def collective_groups_table(report: CostReport, top: int = TOP_ROWS) -> Table:
+    """Collectives grouped by kind, axes and source line: how many, their bytes per IPU and
+    cycles, costliest first; the rest summed in one row (`--full` lists each)."""
+    groups = m.collective_groups(report)
+    table = _table(
+        f"Collectives (IPU-Link bytes): {len(report.collectives):,} in {len(groups):,} groups",
+        "kind",
+        "axes",
+        "group",
+        "source",
+        "count",
+        "bytes per IPU",
+        "cycles",
+        numeric=(2, 4, 5, 6),
+    )
+    for g in groups[:top]:
+        table.add_row(
+            g.kind,
+            ",".join(g.axes),
+            str(g.group_size),
+            _tail(m.short_source(g.source)) if g.source else "",
+            m.fmt_int(g.count),
+            m.fmt_int(g.bytes_per_ipu),
+            m.fmt_int(g.cycles),
+        )
+    rest = groups[top:]
+    if rest:
+        table.add_row(
+            Text(f"... {len(rest)} more", style="dim"),
+            "",
+            "",
+            "",
+            m.fmt_int(sum(g.count for g in rest)),
+            m.fmt_int(sum(g.bytes_per_ipu for g in rest)),
+            m.fmt_int(sum(g.cycles for g in rest)),
+        )
+    return _whole_numbers(table)
 
 
 def phases_tables(report: CostReport) -> list[RenderableType]:
@@ -388,21 +460,23 @@ def phases_tables(report: CostReport) -> list[RenderableType]:
     return [table]
 
 
-def report_renderables(report: CostReport) -> list[RenderableType]:
+def report_renderables(report: CostReport, full: bool = True) -> list[RenderableType]:
+    """Every table; with `full=False` the ones that fit a screen: the memory's peak and
+    categories, the costliest ops, collectives grouped by kind, axes and source line."""
     return [
         summary_table(report),
-        *memory_tables(report),
-        *execution_tables(report),
-        *communication_tables(report),
+        *memory_tables(report, full),
+        *execution_tables(report, full),
+        *communication_tables(report, full),
         *phases_tables(report),
     ]
 
 
-def render(console: Console, report: CostReport) -> None:
-    for renderable in report_renderables(report):
+def render(console: Console, report: CostReport, full: bool = True) -> None:
+    for renderable in report_renderables(report, full):
         console.print(renderable)
         console.print()
 
 
-def as_group(report: CostReport) -> Group:
-    return Group(*report_renderables(report))
+def as_group(report: CostReport, full: bool = True) -> Group:
+    return Group(*report_renderables(report, full))

@@ -15,6 +15,7 @@ from test_trace import check_chrome_trace
 from workloads import SPEC_FILE as WORKLOADS
 
 import ipujax
+from ipujax.cli import main
 from ipujax.report import CostReport
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +29,20 @@ def _direct_report(factory, mesh=None) -> CostReport:
     return lowered.compile(check_memory_fits=False).cost_report()
 
 
+FULL_ONLY = (
+    "Memory: tiles by bytes",
+    "Memory: fullest tiles and their largest tensors",
+    "Memory: always-live against not-always-live",
+)
+
+
+def test_full_adds_the_tile_tables_and_every_collective(gpt_files, capsys) -> None:
+    assert main(["report", "show", str(gpt_files.json), "--full"]) == 0
+    out = capsys.readouterr().out
+    for title in FULL_ONLY:
+        assert title in out, title
+
+
 def test_tables_and_json_match_the_api(gpt_files) -> None:
     mesh = ipujax.make_mesh((1,), ("ipu",), target=ipujax.Target.bow())
     expected = _direct_report(workloads.tiny_gpt_step, mesh)
@@ -36,12 +51,14 @@ def test_tables_and_json_match_the_api(gpt_files) -> None:
     assert CostReport.from_json(expected.to_json()) == saved
 
     out = gpt_files.out
+    # The default fits a screen; `--full` (below) adds the tiles' histogram, the fullest tiles
+    # and live ranges, and every collective.
+    for title in FULL_ONLY:
+        assert title not in out, title
     for title in (
         "Summary",
         "Memory: peak per IPU",
-        "Memory: tiles by bytes",
-        "Memory: fullest tiles and their largest tensors",
-        "Memory: always-live against not-always-live",
+        "Memory: by category",
         "Execution: cycles by superstep kind",
         "Execution: cycles by op and source line",
         "Execution: tile balance",
