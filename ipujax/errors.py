@@ -16,21 +16,6 @@ class ReplicationWarning(UserWarning):
     correct, but it moves and holds the whole tensor on each IPU (`Compiled.explain()`)."""
 
 
-# The classes live in the stage that raises them; users meet them as ipujax's, so tracebacks
-# and `repr` print `ipujax.OutOfMemoryError`, not the internal package's path.
-for _error in (
-    ConfigError,
-    IpujaxError,
-    LoweringError,
-    OutOfMemoryError,
-    ReplicationWarning,
-    ReportError,
-    ShardingError,
-    UnsupportedOpError,
-    VerifyError,
-):
-    _error.__module__ = "ipujax"
-
 __all__ = [
     "ConfigError",
     "IpujaxError",
@@ -42,3 +27,8 @@ __all__ = [
     "UnsupportedOpError",
     "VerifyError",
 ]
+
+# The classes live in the stage that raises them; users meet them as ipujax's, so tracebacks
+# and `repr` print `ipujax.OutOfMemoryError`, not the internal package's path.
+for _name in __all__:
+    globals()[_name].__module__ = "ipujax"
