@@ -6,39 +6,22 @@ outputs."""
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from types import ModuleType
 
 import jax
 import numpy as np
 from measuring import log, max_abs_diff, timed
-from programs import bow
+from programs import bow, example
 from results import Section, goal, markdown_table
 from setups import Setup
-from spmd_compare import REPO
 
 import ipujax
 
 RATIO_GOAL = 1.5  # ipujax warm call / jax.jit warm call (issue 18)
 
 
-def _example(name: str) -> ModuleType:
-    """examples/resnet/<name>.py, loaded by path under the name its own loader uses."""
-    full = f"resnet_example_{name}"
-    if full not in sys.modules:
-        path = REPO / "examples" / "resnet" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(full, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
-
-
 def cnn_section(setup: Setup, repeats: int) -> Section:
-    model, sharding = _example("model"), _example("sharding")
+    model, sharding = example("resnet", "model"), example("resnet", "sharding")
     config = model.small_config()
     optimizer = model.make_optimizer("sgd")
     params, bn_state = model.init(config, jax.random.key(0))

@@ -20,17 +20,23 @@ from spmd_compare import REPO  # puts the repository and examples/ on sys.path
 import ipujax
 
 
-def workloads() -> ModuleType:
-    """examples/gpt/workloads.py, loaded by path under the name its own loader would use."""
-    name = "gpt_example_workloads"
-    if name not in sys.modules:
-        path = REPO / "examples" / "gpt" / "workloads.py"
-        spec = importlib.util.spec_from_file_location(name, path)
+def example(folder: str, name: str) -> ModuleType:
+    """examples/<folder>/<name>.py, loaded by path under the name the example's own loader
+    gives it (`<folder>_example_<name>`), so its siblings find it."""
+    full = f"{folder}_example_{name}"
+    if full not in sys.modules:
+        path = REPO / "examples" / folder / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(full, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[full] = module
         spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sys.modules[full]
+
+
+def workloads() -> ModuleType:
+    """examples/gpt/workloads.py."""
+    return example("gpt", "workloads")
 
 
 @dataclass(frozen=True)

@@ -339,9 +339,7 @@ def as_mesh(mesh: Any) -> Mesh:
         return default_mesh()
     if isinstance(mesh, Mesh):
         return mesh
-    if isinstance(mesh, jax.sharding.Mesh):
-        return make_mesh(tuple(mesh.devices.shape), tuple(mesh.axis_names))
-    if isinstance(mesh, AbstractMesh):
+    if isinstance(mesh, (jax.sharding.Mesh, AbstractMesh)):
         return make_mesh(tuple(mesh.axis_sizes), tuple(mesh.axis_names))
     raise ConfigError(
         f"ipujax.jit(mesh=...) takes an ipujax.Mesh or a jax.sharding.Mesh, got "

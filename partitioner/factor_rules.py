@@ -358,22 +358,23 @@ def _scatter_factor_rule(op: Op) -> Factors:
     )
 
 
-def _reduce_window_factor_rule(op: Op) -> Factors:
+def _unwindowed(op: Op, *dilations: str) -> Dims:
+    """The dims a window op's window does not span (one element, no stride, padding or
+    dilation): those correspond between its operands and results; the others stay whole."""
     a = op.attrs
-    half = len(op.operands) // 2
     plain = [
-        w == 1 and s == 1 and p == (0, 0) and b == 1 and d == 1
-        for w, s, p, b, d in zip(
-            a["window_dimensions"],
-            a["window_strides"],
-            a["padding"],
-            a["base_dilation"],
-            a["window_dilation"],
-            strict=True,
-        )
+        w == 1 and s == 1 and p == (0, 0)
+        for w, s, p in zip(a["window_dimensions"], a["window_strides"], a["padding"], strict=True)
     ]
+    for name in dilations:
+        plain = [ok and d == 1 for ok, d in zip(plain, a[name], strict=True)]
+    return tuple(d if ok else None for d, ok in enumerate(plain))
+
+
+def _reduce_window_factor_rule(op: Op) -> Factors:
+    half = len(op.operands) // 2
+    dims = _unwindowed(op, "base_dilation", "window_dilation")
     shape = op.operands[0].shape
-    dims = tuple(d if plain[d] else None for d in range(len(shape)))
     return Factors((dims,) * half + ((),) * half, (dims,) * half, shape, rule="reduce_window")
 
 
@@ -418,14 +419,8 @@ def _convolution_factor_rule(op: Op) -> Factors:
 def _select_and_scatter_factor_rule(op: Op) -> Factors:
     """A pooling gradient: the dims its window does not span (batch, channels) correspond
     between the pooled input, the gradient it scatters and the result."""
-    a = op.attrs
-    shape = op.operands[0].shape
-    plain = [
-        w == 1 and s == 1 and p == (0, 0)
-        for w, s, p in zip(a["window_dimensions"], a["window_strides"], a["padding"], strict=True)
-    ]
-    dims = tuple(d if plain[d] else None for d in range(len(shape)))
-    return Factors((dims, dims, ()), (dims,), shape, rule="select_and_scatter")
+    dims = _unwindowed(op)
+    return Factors((dims, dims, ()), (dims,), op.operands[0].shape, rule="select_and_scatter")
 
 
 FACTOR_RULES: dict[str, FactorRule] = {

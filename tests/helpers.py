@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import jax
@@ -9,6 +13,7 @@ import numpy as np
 
 import ipujax
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 BOW_BYTES_PER_TILE = 638_976  # docs/target.md: 624 KiB per tile on MK2 and Bow
 BOW_TILES = 1472
 
@@ -51,3 +56,17 @@ def device_steps(report: ipujax.CostReport) -> list[ipujax.SuperstepCost]:
 
 def device_cycles(report: ipujax.CostReport) -> int:
     return sum(s.cycles for s in device_steps(report))
+
+
+def load_example(folder: str, name: str) -> ModuleType:
+    """examples/<folder>/<name>.py, loaded by file path under the name the example's own
+    scripts give it (`<folder>_example_<name>`): several folders have a `workloads.py` or a
+    `model.py`, so these must not be imported through `sys.path`."""
+    full = f"{folder}_example_{name}"
+    if full not in sys.modules:
+        spec = importlib.util.spec_from_file_location(full, EXAMPLES / folder / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[full] = module
+        spec.loader.exec_module(module)
+    return sys.modules[full]

@@ -35,10 +35,10 @@ def _table(title: str, *columns: str, numeric: tuple[int, ...] = ()) -> Table:
     return table
 
 
-def _tail(text: str, width: int = 0) -> str:
-    """`text` cut from the left to fit a one-line column: a source keeps its file and line."""
-    width = width or _ONE_LINE["source"]
-    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
+def _tail(source: str) -> str:
+    """A source cut from the left to fit its one-line column, keeping its file and line."""
+    width = _ONE_LINE["source"]
+    return source if len(source) <= width else "…" + source[len(source) - width + 1 :]
 
 
 def _whole_numbers(table: Table) -> Table:
@@ -46,8 +46,7 @@ def _whole_numbers(table: Table) -> Table:
     console, Rich cuts the names and sources, never the figures."""
     for column in table.columns:
         if column.justify == "right":
-            cells = [str(c) for c in column._cells]
-            column.min_width = max((len(c) for c in cells), default=0)
+            column.min_width = max((len(str(c)) for c in column.cells), default=0)
     return table
 
 

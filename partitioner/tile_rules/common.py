@@ -9,7 +9,7 @@ from typing import Any
 from lowering import Op, Value
 from partitioner.context import MappingContext
 from partitioner.cost.exchange import exchange_cycles
-from partitioner.layout import Layout
+from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Superstep, Task
 from partitioner.target import Target
 
@@ -43,6 +43,21 @@ def make_step(
         start=start,
         busiest_tile_bytes=busiest_bytes,
         kind=kind,
+    )
+
+
+def relayout_step(op: Op, layout: Layout, target: Target) -> Superstep:
+    """A result exchanged from the tiles that made it into `layout`, the one the ops after it
+    read: each tile receives its block."""
+    moved = tile_bytes(layout, op.results[0].dtype)
+    return make_step(
+        op,
+        "relayout",
+        target,
+        tiles=layout.tiles,
+        start=layout.start,
+        busiest_bytes=moved,
+        exchange_bytes=moved * layout.tiles,
     )
 
 

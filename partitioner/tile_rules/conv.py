@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-from jax import lax
-
 from lowering import Op, Value
 from partitioner.context import MappingContext
 from partitioner.conv_field import ConvField
-from partitioner.layout import Layout, tile_bytes
+from partitioner.layout import Layout
 from partitioner.matmul_plan import MatmulPlan, _plan, _Problem, problem
-from partitioner.program import Task, TileBytes
-from partitioner.tile_rules.common import Array, make_step
-from partitioner.tile_rules.matmul import block_outputs, contraction, planned_steps
+from partitioner.program import Task
+from partitioner.tile_rules.common import relayout_step
+from partitioner.tile_rules.matmul import (
+    partials_dtype,
+    planned_kernel,
+    planned_steps,
+    planned_temporaries,
+)
 
 
 def conv_problem(op: Op) -> _Problem:
@@ -42,10 +44,9 @@ def conv_problem(op: Op) -> _Problem:
         kernel_dilation=tuple(a["rhs_dilation"]),
         input_dilation=tuple(a["lhs_dilation"]),
     )
-    taps = math.prod(kernel)
+    taps = field.kernel_positions
     depth = max(in_chans, -(-in_chans * taps // math.prod(a["lhs_dilation"])))
-    exact = not np.issubdtype(result.dtype, np.floating) and result.dtype.kind != "V"
-    partial = result.dtype.itemsize if exact else 4
+    partial = partials_dtype(result.dtype).itemsize
     rows = math.prod(field.rows)
     cols = result.shape[of] // groups
     return problem(
@@ -85,28 +86,7 @@ def convolution_tile_rule(
     steps = planned_steps(op, plan, matmul, sum(blocks), out, matmul.partial_dtype, target)
     outs = (planned or ctx.linear(result),)
     if planned is None:  # the grid's blocks exchanged into the layout the next ops read
-        moved = tile_bytes(outs[0], result.dtype)
-        relayout = make_step(
-            op,
-            "relayout",
-            target,
-            tiles=outs[0].tiles,
-            start=outs[0].start,
-            busiest_bytes=moved,
-            exchange_bytes=moved * outs[0].tiles,
-        )
-        steps = (*steps, relayout)
-    contract = contraction(op, matmul.partial_dtype)
-
-    def kernel(lhs_array: Array, rhs_array: Array) -> tuple[Array, ...]:
-        return (lax.convert_element_type(contract(lhs_array, rhs_array), result.dtype),)
-
-    partials = block_outputs(matmul, plan) * matmul.partial_dtype.itemsize
-    temps = (
-        TileBytes(0, plan.tiles, blocks[0] // plan.serial, "lhs blocks"),
-        TileBytes(0, plan.tiles, blocks[1] // plan.serial, "rhs blocks"),
-        TileBytes(0, plan.tiles, partials, "partial sums"),
-    )
-    return Task(
-        op, inputs, layouts, outs, kernel, steps, tuple(t for t in temps if t.bytes_per_tile)
-    )
+        steps = (*steps, relayout_step(op, outs[0], target))
+    kernel = planned_kernel(op, matmul.partial_dtype)
+    temps = planned_temporaries(matmul, plan, *blocks)
+    return Task(op, inputs, layouts, outs, kernel, steps, temps)

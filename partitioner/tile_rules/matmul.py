@@ -23,7 +23,7 @@ from partitioner.matmul_plan import (
 )
 from partitioner.program import Superstep, Task, TileBytes
 from partitioner.target import Target
-from partitioner.tile_rules.common import Array, make_step, permuted
+from partitioner.tile_rules.common import Array, make_step, permuted, relayout_step
 
 
 def _dot_dims(op: Op) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
@@ -39,10 +39,15 @@ def _problem(op: Op) -> tuple[int, int, int, int, np.dtype]:
     lhs, rhs = op.operands
     lb, lf, lc, _, _, rf = _dot_dims(op)
     size = lambda v, dims: math.prod(v.shape[d] for d in dims)  # noqa: E731
-    result = op.results[0]
-    exact = not np.issubdtype(result.dtype, np.floating) and result.dtype.kind != "V"
-    partial_dtype = result.dtype if exact else np.dtype(np.float32)
+    partial_dtype = partials_dtype(op.results[0].dtype)
     return size(lhs, lb), size(lhs, lf), size(rhs, rf), size(lhs, lc), partial_dtype
+
+
+def partials_dtype(result: np.dtype) -> np.dtype:
+    """PopLibs' partials type for a contraction with results of `result`: f32 for floats, the
+    result's own type for exact (integer) contractions."""
+    exact = not np.issubdtype(result, np.floating) and result.kind != "V"
+    return result if exact else np.dtype(np.float32)
 
 
 def _matmul(op: Op, producers: Mapping[Value, Op]) -> _Problem:
@@ -173,17 +178,7 @@ def with_less_memory(
     (old,), (new,) = task.result_layouts, planned.result_layouts
     if new == old:
         return planned
-    moved = tile_bytes(old, task.op.results[0].dtype)
-    relayout = make_step(
-        task.op,
-        "relayout",
-        target,
-        tiles=old.tiles,
-        start=old.start,
-        busiest_bytes=moved,
-        exchange_bytes=moved * old.tiles,
-    )
-    steps = (*planned.supersteps, relayout)
+    steps = (*planned.supersteps, relayout_step(task.op, old, target))
     return dataclasses.replace(planned, result_layouts=(old,), supersteps=steps)
 
 
@@ -195,14 +190,8 @@ def _planned(
     matmul: _Problem,
     target: Target,
 ) -> Task:
-    result = op.results[0]
     partial_dtype = matmul.partial_dtype
     grid_l, grid_r, out = _grids(op, plan)
-    contract = contraction(op, partial_dtype)
-
-    def kernel(lhs_array: Array, rhs_array: Array) -> tuple[Array, ...]:
-        return (lax.convert_element_type(contract(lhs_array, rhs_array), result.dtype),)
-
     # An operand created for the matmul holds 1/share of each block on each tile that reads
     # it; the exchange brings the rest. Others arrive block by block. With a serial split, a
     # tile holds one chunk of K at a time.
@@ -213,16 +202,22 @@ def _planned(
         block = tile_bytes(grid, value.dtype)
         blocks.append(block - block // share if layout == created else block)
     steps = planned_steps(op, plan, matmul, sum(blocks), out, partial_dtype, target)
+    temps = planned_temporaries(matmul, plan, blocks[0], blocks[1])
+    return Task(op, inputs, layouts, (out,), planned_kernel(op, partial_dtype), steps, temps)
+
+
+def planned_temporaries(
+    matmul: _Problem, plan: MatmulPlan, lhs_bytes: int, rhs_bytes: int
+) -> tuple[TileBytes, ...]:
+    """What each tile of a plan holds while it runs: its operand blocks (one serial chunk of
+    them) and its partial sums."""
+    partials = block_outputs(matmul, plan) * matmul.partial_dtype.itemsize
     temps = (
-        TileBytes(0, plan.tiles, blocks[0] // plan.serial, "lhs blocks"),
-        TileBytes(0, plan.tiles, blocks[1] // plan.serial, "rhs blocks"),
-        TileBytes(
-            0, plan.tiles, block_outputs(matmul, plan) * partial_dtype.itemsize, "partial sums"
-        ),
+        TileBytes(0, plan.tiles, lhs_bytes // plan.serial, "lhs blocks"),
+        TileBytes(0, plan.tiles, rhs_bytes // plan.serial, "rhs blocks"),
+        TileBytes(0, plan.tiles, partials, "partial sums"),
     )
-    return Task(
-        op, inputs, layouts, (out,), kernel, steps, tuple(t for t in temps if t.bytes_per_tile)
-    )
+    return tuple(t for t in temps if t.bytes_per_tile)
 
 
 def block_outputs(matmul: _Problem, plan: MatmulPlan) -> int:
@@ -230,21 +225,24 @@ def block_outputs(matmul: _Problem, plan: MatmulPlan) -> int:
     return -(-matmul.batch // plan.b) * -(-matmul.rows // plan.m) * -(-matmul.cols // plan.n)
 
 
-def contraction(op: Op, partial_dtype: np.dtype) -> Callable[..., Array]:
-    """Both supersteps of a planned matmul as one contraction: each tile (b, m, n, k) multiplies
-    its blocks into partials of `partial_dtype` (PopLibs' partials type, f32 for floats) and
-    the k tiles' partials are summed. Over all tiles these are the sums of one `dot_general`
-    with f32 accumulation; the cost model charges the steps, the simulator needs the values."""
+def planned_kernel(op: Op, partial_dtype: np.dtype) -> Callable[..., tuple[Array, ...]]:
+    """Both supersteps of a planned matmul (or convolution) as one contraction: each tile
+    (b, m, n, k) multiplies its blocks into partials of `partial_dtype` (PopLibs' partials
+    type, f32 for floats) and the k tiles' partials are summed, then cast to the result's
+    type. Over all tiles these are the sums of the op itself with f32 accumulation; the cost
+    model charges the steps, the simulator needs the values."""
     attrs = {**op.attrs, "preferred_element_type": partial_dtype}
+    result = op.results[0].dtype
 
-    def contract(left: Array, right: Array) -> Array:
+    def kernel(left: Array, right: Array) -> tuple[Array, ...]:
         if left.dtype.itemsize < partial_dtype.itemsize and partial_dtype.kind == "f":
             # XLA:CPU has no bf16 x bf16 -> f32 dot; widening first is exact.
             left = lax.convert_element_type(left, partial_dtype)
             right = lax.convert_element_type(right, partial_dtype)
-        return apply_rule(op, [left, right], attrs, {})[0]
+        partials = apply_rule(op, [left, right], attrs, {})[0]
+        return (lax.convert_element_type(partials, result),)
 
-    return contract
+    return kernel
 
 
 def planned_steps(
