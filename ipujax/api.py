@@ -13,6 +13,8 @@ schedule, phases, memory, cost) -> the runtime and the cost report. Arguments ma
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import inspect
 import os
@@ -31,13 +33,24 @@ from ipujax.errors import ReplicationWarning
 from ipujax.report import CostReport, build_report
 from ipujax.runtime import make_runner, run_step_by_step
 from ipujax.specs import input_specs, output_specs
-from lowering import Graph, eliminate_dead_code, flatten_args, lower, restore_keys
+from lowering import (
+    SHARD_MAP_DETAIL,
+    Graph,
+    UnsupportedOpError,
+    eliminate_dead_code,
+    flatten_args,
+    lower,
+    raised_at,
+    restore_keys,
+    shorten_paths,
+)
 from partitioner import (
     Built,
     ConfigError,
     Mesh,
     Options,
     Task,
+    active_mesh,
     build,
     default_mesh,
     explain,
@@ -57,7 +70,7 @@ def _verify_requested() -> bool:
 
 @dataclass(frozen=True)
 class _Options:
-    mesh: Mesh
+    mesh: Mesh | None  # None: the mesh in context when the function is traced
     in_shardings: Any
     out_shardings: Any
     static_argnums: tuple[int, ...]
@@ -66,6 +79,7 @@ class _Options:
     phases: Any
     devices: tuple[jax.Device, ...] | None = None
     replica_axes: tuple[str, ...] | None = None
+    traced_under: AbstractMesh | None = None  # a jax mesh's own abstract mesh, when given one
 
 
 class Compiled:
@@ -183,7 +197,7 @@ class Lowered:
             check_memory=check_memory_fits,
             verify=_verify_requested(),
         )
-        built = build(self.graph, options.mesh, self._in_specs, self._out_specs, how)
+        built = build(self.graph, context_mesh(options.mesh), self._in_specs, self._out_specs, how)
         _warn_forced_whole(built)
         return Compiled(self.graph, built, self._donate, options.devices)
 
@@ -195,7 +209,8 @@ def _warn_forced_whole(built: Built) -> None:
         return
     more = f" (and {len(forced) - 1} more)" if len(forced) > 1 else ""
     warnings.warn(
-        f"{forced[0]}{more}: it has no rule to run split, so every IPU holds the whole tensor; "
+        f"{shorten_paths(str(forced[0]))}{more}: it has no rule to run split, so every IPU "
+        "holds the whole tensor; "
         "Compiled.explain() lists them all. Shard its operands another way, or accept the "
         "gather.",
         ReplicationWarning,
@@ -273,15 +288,24 @@ class Jitted:
     @api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         dynamic, dyn_args, dyn_kwargs, _ = self._split(args, kwargs)
-        mesh = self._options.mesh
-        # Under the mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces.
-        with jax.sharding.use_abstract_mesh(AbstractMesh(mesh.axis_shapes, mesh.axis_names)):
+        mesh = context_mesh(self._options.mesh)
+        options = dataclasses.replace(self._options, mesh=mesh)
+        # Under the mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces; under
+        # a jax mesh's own, so does a `shard_map` over it.
+        with jax.sharding.use_abstract_mesh(self._tracing_mesh(mesh)), _shard_map_refused():
             graph = eliminate_dead_code(lower(dynamic, *dyn_args, **dyn_kwargs))
         in_specs = input_specs(self._options.in_shardings, dyn_args, dyn_kwargs)
         out_specs = output_specs(self._options.out_shardings, graph.out_tree)
         user_shardings(graph, mesh.shape, in_specs, out_specs)
         donate = self._donated(dyn_args, len(args))
-        return Lowered(graph, self._options, donate, in_specs, out_specs)
+        return Lowered(graph, options, donate, in_specs, out_specs)
+
+    def _tracing_mesh(self, mesh: Mesh) -> AbstractMesh:
+        """The jax mesh the user gave or made current, else the ipujax mesh's abstract twin."""
+        given = self._options.traced_under
+        if given is None and self._options.mesh is None and active_mesh() is None:
+            given = _abstract_of(_current_jax_mesh())
+        return given or AbstractMesh(mesh.axis_shapes, mesh.axis_names)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The results' shapes and dtypes, as `jax.eval_shape` gives them."""
@@ -299,7 +323,8 @@ class Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         _, dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
         leaves, tree = jax.tree.flatten((dyn_args, dyn_kwargs))
-        key = (static_key, tree, tuple(_leaf_key(x) for x in leaves))
+        mesh = context_mesh(self._options.mesh)
+        key = (static_key, tree, tuple(_leaf_key(x) for x in leaves), mesh)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._cache[key] = self.lower(*args, **kwargs).compile()
@@ -331,6 +356,24 @@ def _name_parameters(dynamic: Any, fun: Callable[..., Any], positions: set, name
     dynamic.__signature__ = inspect.Signature(kept)
 
 
+def context_mesh(mesh: Mesh | None) -> Mesh:
+    """The mesh a call runs on: the one `jit` was given, else the innermost `with mesh:` block's,
+    else the one `jax.set_mesh` made current, else one IPU."""
+    if mesh is not None:
+        return mesh
+    active = active_mesh()
+    if active is not None:
+        return active
+    current = _current_jax_mesh()
+    return default_mesh() if current is None else as_mesh(current)
+
+
+def _current_jax_mesh() -> AbstractMesh | None:
+    """The mesh `jax.set_mesh` made current, if any."""
+    current = jax.sharding.get_abstract_mesh()
+    return None if current.empty else current
+
+
 def as_mesh(mesh: Any) -> Mesh:
     """An ipujax mesh from `mesh=`: an ipujax `Mesh`, a `jax.sharding.Mesh` or `AbstractMesh`
     (its axis names and sizes, on Bow IPUs: `ipujax.make_mesh(..., target=)` picks another),
@@ -345,6 +388,28 @@ def as_mesh(mesh: Any) -> Mesh:
         f"ipujax.jit(mesh=...) takes an ipujax.Mesh or a jax.sharding.Mesh, got "
         f"{type(mesh).__name__}; build one with ipujax.make_mesh(sizes, names)"
     )
+
+
+@contextlib.contextmanager
+def _shard_map_refused() -> Iterator[None]:
+    """jax's refusal of a `shard_map` whose mesh is not the one traced under (an Explicit one),
+    as ipujax's refusal of every `shard_map`, at the user's line."""
+    try:
+        yield
+    except ValueError as error:
+        if "shard_map" not in str(error):
+            raise
+        raise UnsupportedOpError("shard_map", raised_at(error), SHARD_MAP_DETAIL) from None
+
+
+def _abstract_of(mesh: Any) -> AbstractMesh | None:
+    """A jax mesh's abstract mesh with every axis Auto: shardings stay out of the traced types
+    (the partitioner chooses them), and a `shard_map` over an Auto mesh finds it current."""
+    if isinstance(mesh, jax.sharding.Mesh):
+        mesh = mesh.abstract_mesh
+    if not isinstance(mesh, AbstractMesh):
+        return None
+    return mesh.update_axis_types(dict.fromkeys(mesh.axis_names, jax.sharding.AxisType.Auto))
 
 
 def _as_tuple(value: int | str | Sequence[Any] | None) -> tuple:
@@ -370,13 +435,17 @@ def jit(
 ) -> Any:
     """Compiles `fun` for a virtual IPU system; use like `jax.jit`, with or without arguments.
 
+    `mesh` is an ipujax or jax mesh; without one, a call runs on the mesh of the `with mesh:`
+    block (or `jax.set_mesh`) it is traced in, else on one IPU.
+
     `devices` are the real jax devices a mesh of many IPUs may be spread over (default: all of
     `jax.devices()`); `devices=jax.devices()[:1]` keeps everything on one device.
     `replica_axes` names the mesh axes the program runs data parallel over (replicated tensor
     sharding and the replicas' costs follow them); by default they are derived: an axis over
     which some input is split and most input bytes are replicated."""
     options = _Options(
-        mesh=as_mesh(mesh),
+        mesh=None if mesh is None else as_mesh(mesh),
+        traced_under=_abstract_of(mesh),
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         static_argnums=_as_tuple(static_argnums),

@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ipujax.errors import ReportError
+from lowering import shorten_paths
 from partitioner import (
     MEMORY_CATEGORIES,
     POPVISION_NAMES,
@@ -35,6 +36,8 @@ VERSION = 3  # 2: phases record their loads, stores and kept bytes; host bytes. 
 # PopVision category, per IPU and on each of the fullest tiles
 READABLE = (1, 2, 3)  # older reports read with the fields they lack at their defaults
 
+
+_R = TypeVar("_R")  # a record: SuperstepCost, CollectiveCost, TileUsage
 
 # The report's records are the partitioner's own: a superstep of the schedule, a collective it
 # carries, a phase, a tile at its peak. `SuperstepCost` is the report's name for a superstep.
@@ -311,12 +314,37 @@ def build_report(built: Built) -> CostReport:
         # Every IPU runs the same per-IPU program (SPMD), so every IPU's tiles hold the same.
         tile_memory=np.repeat(tiles, mesh.ipus, axis=0),
         always_live=np.repeat(always, mesh.ipus, axis=0),
-        supersteps=cost.supersteps,
-        collectives=cost.collectives,
+        supersteps=_readable(cost.supersteps),
+        collectives=_readable(cost.collectives),
         phases=cost.phases,
-        top_tiles=fullest_tiles(memory, built.program, built.graph),
+        top_tiles=_readable(fullest_tiles(memory, built.program, built.graph)),
         memory_categories=_ipu_categories(memory, io),
     )
+
+
+def _readable(records: tuple[_R, ...]) -> tuple[_R, ...]:
+    """The records with the files in their text named as a person names them (`examples/gpt/
+    model.py:42`, not the absolute path jax recorded; `lowering.shorten_paths`): their source
+    lines, why each collective ran, where each large tensor came from. Shortened here, once, so
+    the tables, the trace, the HTML and the JSON all say the same, and the JSON round-trips
+    exactly."""
+    return tuple(_readable_record(r) for r in records)
+
+
+def _readable_record(record: Any) -> Any:
+    """`record` with its figures' text shortened; the record itself when it names no file."""
+    figures = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.compare}
+    changes = {name: short for name, value in figures.items() if (short := _short(value)) != value}
+    return dataclasses.replace(record, **changes) if changes else record
+
+
+def _short(value: Any) -> Any:
+    """`value` with its text shortened at any depth (a tile's tensors are (bytes, text))."""
+    if isinstance(value, str):
+        return shorten_paths(value)
+    if isinstance(value, tuple):
+        return tuple(_short(v) for v in value)
+    return value
 
 
 def _ipu_categories(memory: TileMemory, io: np.ndarray) -> tuple[tuple[str, int], ...]:

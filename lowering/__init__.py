@@ -13,6 +13,7 @@ The names below are the package's public face: later stages import only these.
 from lowering.cost_rules import COST_RULES, OpCost, op_cost
 from lowering.dead_code import eliminate_dead_code
 from lowering.errors import (
+    SHARD_MAP_DETAIL,
     IpujaxError,
     LoweringError,
     UnsupportedOpError,
@@ -30,9 +31,10 @@ from lowering.evaluator import (
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, producers, walk
-from lowering.locations import SourceLoc
-from lowering.loops import unroll_loops
+from lowering.locations import SourceLoc, raised_at
+from lowering.loops import counted_trips, unroll_loops
 from lowering.mesh_rules import local_mesh_axes
+from lowering.paths import shorten_paths
 from lowering.regions import scatter_combiner
 from lowering.shape_rules import SHAPE_RULES, infer_types
 from lowering.verifier import verify
@@ -58,6 +60,7 @@ __all__ = [
     "EVAL_RULES",
     "IMPORT_RULES",
     "SHAPE_RULES",
+    "SHARD_MAP_DETAIL",
     "SHARD_OPS",
     "SOURCES",
     "STRUCTURED",
@@ -72,6 +75,7 @@ __all__ = [
     "Value",
     "VerifyError",
     "apply_rule",
+    "counted_trips",
     "eliminate_dead_code",
     "evaluate",
     "flatten_args",
@@ -82,9 +86,11 @@ __all__ = [
     "lower",
     "op_cost",
     "producers",
+    "raised_at",
     "restore_keys",
     "run_op",
     "scatter_combiner",
+    "shorten_paths",
     "unroll_loops",
     "verify",
     "walk",

@@ -13,6 +13,12 @@ class IpujaxError(Exception):
     """Root of every error ipujax raises on purpose."""
 
 
+# Why a program's own collectives (jax.shard_map's regions) are refused, and what to do instead.
+SHARD_MAP_DETAIL = (
+    "collectives written in the program itself (shard_map); give ipujax.jit shardings instead"
+)
+
+
 class UnsupportedOpError(IpujaxError):
     """An operation outside ipujax's op vocabulary, with the user's line that produced it."""
 

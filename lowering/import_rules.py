@@ -17,7 +17,7 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from lowering import regions as region_rules
 from lowering.dtypes import numpy_dtype
-from lowering.errors import UnsupportedFeatureError
+from lowering.errors import SHARD_MAP_DETAIL, UnsupportedFeatureError
 from lowering.ir import Graph
 from lowering.vocabulary import BINARY, COLLECTIVES, SHARD_OPS, UNARY, UNARY_TYPED
 
@@ -331,9 +331,7 @@ def _mesh_axes(op: ir.Operation, mesh_or_ref: ir.Attribute) -> tuple[tuple[str, 
 
 
 def _over_ipus_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
-    raise UnsupportedFeatureError(
-        "collectives written in the program itself (shard_map); give ipujax.jit shardings instead"
-    )
+    raise UnsupportedFeatureError(SHARD_MAP_DETAIL)
 
 
 IMPORT_RULES: dict[str, ImportRule] = {

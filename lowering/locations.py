@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import functools
 import os
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jax
+import jaxlib
 from jaxlib.mlir import ir
 
 
@@ -101,3 +104,21 @@ def decode(loc: ir.Location, outer: SourceLoc = UNKNOWN) -> SourceLoc:
     if found is None:
         return SourceLoc(file=outer.file, line=outer.line, column=outer.column, scope=scope)
     return SourceLoc(file=found[0], line=found[1], column=found[2], scope=scope)
+
+
+# jax's own packages, whose frames a traceback passes through on its way to the user's.
+_JAX_DIRS = tuple(
+    str(Path(module.__file__).resolve().parent) + os.sep
+    for module in (jax, jaxlib)
+    if module.__file__ is not None
+)
+
+
+def raised_at(error: BaseException) -> SourceLoc:
+    """The user's innermost frame in an error's traceback: the line of theirs that raised it."""
+    found = UNKNOWN
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = str(Path(frame.filename).resolve())
+        if not _is_own(frame.filename) and not path.startswith(_JAX_DIRS):
+            found = SourceLoc(file=frame.filename, line=frame.lineno or 0)
+    return found

@@ -22,7 +22,7 @@ from partitioner.errors import ConfigError, OutOfMemoryError, ShardingError
 from partitioner.explain import explain
 from partitioner.factor_rules import FACTOR_RULES
 from partitioner.memory import TileMemory, TileUsage, fullest_tiles
-from partitioner.mesh import SYSTEMS, Mesh, System, default_mesh, make_mesh
+from partitioner.mesh import SYSTEMS, Mesh, System, active_mesh, default_mesh, make_mesh
 from partitioner.partition import ForcedWhole, Partitioned
 from partitioner.pipeline import Built, Options, build
 from partitioner.printer import format_program
@@ -57,6 +57,7 @@ __all__ = [
     "Task",
     "TileMemory",
     "TileUsage",
+    "active_mesh",
     "axis_traffic",
     "build",
     "default_mesh",

@@ -127,7 +127,7 @@ def _distinct_steps(program: Program) -> Iterator[_Step]:
     running start offset puts each call of a layer's small tensors on other tiles, where
     Poplar's calls of one compiled layer would find them in one place."""
     seen: set[tuple] = set()
-    for task in program.tasks:
+    for task in _tasks(program):
         before = None
         for step in task.supersteps:
             key = (
@@ -141,6 +141,15 @@ def _distinct_steps(program: Program) -> Iterator[_Step]:
                 seen.add(key)
                 yield _Step(step, task, before)
             before = step
+
+
+def _tasks(program: Program) -> Iterator[Task]:
+    """Every task, a control-flow task after the tasks of its regions: their steps come first,
+    and the control-flow task's own repeats of them are then repeats."""
+    for task in program.tasks:
+        for region in task.regions:
+            yield from _tasks(region)
+        yield task
 
 
 def _tiles(step: Superstep, tiles: int) -> slice:

@@ -3,15 +3,21 @@ spreads linearly mapped tensors over the chip, and the op that makes each value.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from lowering import Op, Value
+from lowering import Graph, Op, Value
 from partitioner.cost.links import LinkModel
 from partitioner.layout import Layout, linear_layout
+from partitioner.program import Program
 from partitioner.target import Target
+
+# Schedules a region (a loop's body, a branch) with its inputs and captures in given layouts;
+# the scheduler lends it to the rules of ops with regions.
+RegionScheduler = Callable[[Graph, Mapping[Value, Layout]], Program]
 
 
 @dataclass
@@ -20,6 +26,7 @@ class MappingContext:
     constants: dict[Value, np.ndarray] = field(default_factory=dict)
     links: LinkModel | None = None
     producers: dict[Value, Op] = field(default_factory=dict)  # value -> the op that makes it
+    region_scheduler: RegionScheduler | None = None
     _next_start: int = 0
 
     def linear(self, value: Value) -> Layout:
@@ -36,6 +43,11 @@ class MappingContext:
         )
         self._next_start = layout.stop % t.tiles_per_ipu
         return layout
+
+    def schedule_region(self, region: Graph, given: Mapping[Value, Layout]) -> Program:
+        if self.region_scheduler is None:
+            raise ValueError("this context schedules no regions")
+        return self.region_scheduler(region, given)
 
     def constant_of(self, value: Value) -> Any:
         return self.constants.get(value)

@@ -1,8 +1,10 @@
 """`explain()`: every tensor's sharding and where it came from, and the ops that forced a split
-tensor whole, as a person reads them next to the source."""
+tensor whole, as a person reads them next to the source (its files named from the project's
+folder, `lowering.shorten_paths`)."""
 
 from __future__ import annotations
 
+from lowering import shorten_paths
 from partitioner.mesh import Mesh
 from partitioner.partition import Partitioned
 
@@ -26,4 +28,6 @@ def explain(partitioned: Partitioned, mesh: Mesh) -> str:
     if partitioned.forced_whole:
         lines.append("ops that ran whole on every IPU, gathering a split tensor:")
         lines += [f"  {forced}" for forced in partitioned.forced_whole]
-    return "\n".join(lines)
+    # The origins and forced ops name absolute files (as jax recorded them); shortened once here,
+    # when shown, so the compiled program itself never depends on the working directory.
+    return shorten_paths("\n".join(lines))

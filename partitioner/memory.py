@@ -270,6 +270,18 @@ def tile_memory(
     )
 
 
+def region_bytes(program: Program, target: Target) -> np.ndarray:
+    """Per tile, the peak bytes a region's own tensors and temporaries hold while it runs: all
+    but its inputs and the values it captures, which the program around it holds."""
+    memory = tile_memory(program, target)
+    inputs = set(program.inputs)
+    own = memory.not_always_live.copy()
+    for s in memory.storages:
+        if s.always_live and s.value not in inputs:
+            own[s.layout.start : s.layout.stop] += s.bytes_per_tile
+    return own
+
+
 def _events(found: tuple[Storage, ...], tasks: int) -> tuple[dict, dict]:
     """Storages by the task their spans start at and end at."""
     starts: dict[int, list[Storage]] = {}

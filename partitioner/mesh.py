@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from partitioner.errors import ConfigError
 from partitioner.target import Target
@@ -68,6 +70,25 @@ class Mesh:
     def __str__(self) -> str:
         axes = ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_shapes, strict=True))
         return f"Mesh({axes}) of {self.target.name} IPUs in a {self.system.name}"
+
+    def __enter__(self) -> Mesh:
+        """`with mesh:` makes this the mesh of `ipujax.jit` calls that name none, as jax's
+        `with jax.set_mesh(mesh):` does for `jax.jit`."""
+        _ACTIVE.set((*_ACTIVE.get(), self))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _ACTIVE.set(_ACTIVE.get()[:-1])
+
+
+# The meshes `with mesh:` blocks entered, innermost last (per thread and task, as jax's).
+_ACTIVE: ContextVar[tuple[Mesh, ...]] = ContextVar("ipujax_meshes", default=())
+
+
+def active_mesh() -> Mesh | None:
+    """The mesh of the innermost `with mesh:` block, if any."""
+    meshes = _ACTIVE.get()
+    return meshes[-1] if meshes else None
 
 
 def make_mesh(

@@ -3,7 +3,7 @@ it next to the source."""
 
 from __future__ import annotations
 
-from lowering import Graph
+from lowering import Graph, shorten_paths
 from partitioner.layout import Layout
 from partitioner.program import Program
 from partitioner.target import Target
@@ -30,7 +30,9 @@ def format_program(program: Program, graph: Graph, target: Target) -> str:
         lines.append(f"  {value} {name}: {value.type_str}  {_layout(layout)}")
     for index, task in enumerate(program.tasks):
         results = ", ".join(f"{v}: {v.type_str}" for v in task.op.results)
-        lines.append(f"task {index}: {results} = {task.op.name}  # {task.op.loc}")
+        lines.append(
+            f"task {index}: {results} = {task.op.name}  # {shorten_paths(str(task.op.loc))}"
+        )
         for layout in task.result_layouts:
             lines.append(f"    layout {_layout(layout)}")
         for s in task.supersteps:

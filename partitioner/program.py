@@ -75,6 +75,9 @@ class Task:
     temporaries: tuple[TileBytes, ...] = ()
     # For views: result i shares the storage of input aliases[i] (None: storage of its own).
     aliases: tuple[int | None, ...] = ()
+    # For control flow: the programs of its regions (a loop's body, every branch), whose code
+    # the tiles store once however often they run.
+    regions: tuple[Program, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)

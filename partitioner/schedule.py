@@ -9,6 +9,8 @@ straight list of tasks, which the runtime runs in order and the cost model sums.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from lowering import Graph, Op, Value, free_values, producers
 from partitioner.context import MappingContext
 from partitioner.cost.links import LinkModel
@@ -38,13 +40,25 @@ def _create_for(
             layouts[value] = layout
 
 
-def schedule(graph: Graph, target: Target, links: LinkModel | None = None) -> Program:
+def schedule(
+    graph: Graph,
+    target: Target,
+    links: LinkModel | None = None,
+    given: Mapping[Value, Layout] | None = None,
+    made: Mapping[Value, Op] | None = None,
+) -> Program:
     """Maps every value of `graph` onto the tiles of one IPU and orders its supersteps; with a
-    link model, collectives are costed over IPU-Links."""
+    link model, collectives are costed over IPU-Links. A region is scheduled with its inputs and
+    the values it captures `given` in the layouts they already have, `made` by the ops around."""
+    given = given or {}
     reads = [_reads(op) for op in graph.ops]
-    ctx = MappingContext(target, links=links, producers=producers(graph))
-    layouts = {value: ctx.linear(value) for value in graph.inputs}
-    unread = set(graph.inputs)
+    ctx = MappingContext(target, links=links, producers={**(made or {}), **producers(graph)})
+    ctx.region_scheduler = lambda region, inner: schedule(
+        region, target, links, inner, ctx.producers
+    )
+    layouts = {value: ctx.linear(value) for value in graph.inputs if value not in given}
+    layouts.update(given)
+    unread = set(graph.inputs) - set(given)
     tasks: list[Task] = []
     for op, values in zip(graph.ops, reads, strict=True):
         if op.name in OPERAND_LAYOUTS and unread.intersection(op.operands):

@@ -51,9 +51,11 @@ class Sharding:
 
 
 def from_spec(
-    spec: PartitionSpec | None, rank: int, mesh: Mapping[str, int], what: str
+    spec: PartitionSpec | None, shape: tuple[int, ...], mesh: Mapping[str, int], what: str
 ) -> Sharding:
-    """A user's PartitionSpec for a tensor of `rank` dims, checked against the mesh."""
+    """A user's PartitionSpec for a tensor of `shape`, checked against the mesh: as in jax, the
+    axes that split a dimension must divide it (the partitioner pads only its own choices)."""
+    rank = len(shape)
     if spec is None:
         return Sharding.replicated(rank)
     if not isinstance(spec, PartitionSpec):
@@ -71,7 +73,23 @@ def from_spec(
         axes = () if entry is None else tuple(entry) if isinstance(entry, tuple) else (entry,)
         dims.append(axes)
     _check_axes(dims, mesh, spec, what)
+    _check_divides(dims, shape, mesh, spec, what)
     return Sharding(tuple(dims))
+
+
+def _check_divides(
+    dims: list[Axes], shape: tuple[int, ...], mesh: Mapping[str, int], spec: object, what: str
+) -> None:
+    for dim, (axes, size) in enumerate(zip(dims, shape, strict=True)):
+        ways = math.prod(mesh[a] for a in axes)
+        if size % ways:
+            split = " x ".join(f"{a}={mesh[a]}" for a in axes)
+            raise ShardingError(
+                f"{what}: PartitionSpec {spec} splits dimension {dim} of shape {shape} "
+                f"({size}) over {split}, which does not divide it; as in jax, a split "
+                f"dimension must be a multiple of {ways}: pad it to "
+                f"{-(-size // ways) * ways} or leave it unsplit"
+            )
 
 
 def _check_axes(dims: list[Axes], mesh: Mapping[str, int], spec: object, what: str) -> None:
@@ -102,12 +120,12 @@ def user_shardings(
     means replication)."""
     names = graph.input_names or tuple(f"argument {i}" for i in range(len(graph.inputs)))
     inputs = {
-        value: from_spec(spec, len(value.shape), mesh, f"in_shardings for {name}")
+        value: from_spec(spec, value.shape, mesh, f"in_shardings for {name}")
         for value, name, spec in zip(graph.inputs, names, in_specs, strict=True)
         if spec is not None
     }
     outputs: dict[int, Sharding] = {
-        i: from_spec(spec, len(value.shape), mesh, f"out_shardings for output {i}")
+        i: from_spec(spec, value.shape, mesh, f"out_shardings for output {i}")
         for i, (value, spec) in enumerate(zip(graph.outputs, out_specs, strict=True))
         if spec is not None
     }

@@ -7,15 +7,13 @@ Nothing here reads more than the report holds; docs/cli.md defines each figure.
 from __future__ import annotations
 
 import math
-import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ipujax.report import CostReport, PhaseCost, popvision_name
+from lowering import shorten_paths
 
 # ---- formatting ------------------------------------------------------------------------------
 
@@ -72,36 +70,9 @@ def fmt_delta(a: float, b: float, *, as_bytes: bool = False) -> tuple[str, str]:
     return absolute, relative
 
 
-_SITE = re.compile(r"^.*?/(?:site|dist)-packages/")
-_PATH_IN_TEXT = re.compile(r"(/[^\s:()\[\],]+\.py)")
-
-
-def short_path(path: str) -> str:
-    """A source file as a person would name it: relative to the working directory when inside
-    it, from the package down when installed, otherwise as given."""
-    if not path:
-        return path
-    installed = _SITE.sub("", path)
-    if installed != path:
-        return installed
-    try:
-        relative = Path(path).resolve().relative_to(Path(os.getcwd()).resolve())
-    except (ValueError, OSError):
-        return path
-    return str(relative)
-
-
 def short_source(source: str) -> str:
-    """'file:line' with the file shortened by `short_path`; other text unchanged."""
-    if not source:
-        return "(no source line)"
-    file, sep, rest = source.partition(":")
-    return short_path(file) + sep + rest if file.endswith(".py") else source
-
-
-def shorten_paths(text: str) -> str:
-    """Every absolute .py path inside a description, shortened."""
-    return _PATH_IN_TEXT.sub(lambda m: short_path(m.group(1)), text)
+    """'file:line' with the file as a person names it (`lowering.shorten_paths`)."""
+    return shorten_paths(source) if source else "(no source line)"
 
 
 # ---- execution -------------------------------------------------------------------------------

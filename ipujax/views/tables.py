@@ -9,7 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ipujax.report import CostReport
+from ipujax.report import CostReport, TileUsage
 from ipujax.views import metrics as m
 
 TOP_ROWS = 15  # rows of the by-op table before the rest are summed
@@ -158,7 +158,9 @@ def histogram_table(report: CostReport) -> Table:
     return table
 
 
-def top_tiles_table(report: CostReport) -> Table:
+def top_tiles_table(report: CostReport, full: bool = True) -> Table:
+    """The fullest tiles and their largest tensors; short (`full=False`), the tiles that hold
+    the same largest tensors as a fuller one are one row."""
     table = _table(
         "Memory: fullest tiles and their largest tensors",
         "IPU",
@@ -168,7 +170,11 @@ def top_tiles_table(report: CostReport) -> Table:
         "tensor (source line)",
         numeric=(0, 1, 2, 3),
     )
+    repeats = []
     for usage, same in zip(report.top_tiles, m.repeated_tensors(report), strict=True):
+        if same is not None and not full:
+            repeats.append((usage, same))
+            continue
         style = "bold red" if usage.bytes > report.bytes_per_tile else ""
         tensors: tuple[tuple[int | str, str], ...] = usage.tensors or ((0, "(none listed)"),)
         if same is not None:
@@ -183,9 +189,25 @@ def top_tiles_table(report: CostReport) -> Table:
                 m.shorten_paths(what),
                 end_section=i == len(tensors) - 1,
             )
+    if repeats:
+        table.add_row(*_repeats_row(repeats))
     if not report.top_tiles:
         table.add_row("", "", "", "", "none recorded")
     return table
+
+
+def _repeats_row(repeats: list[tuple[TileUsage, int]]) -> tuple[str, ...]:
+    """One row for the tiles whose largest tensors a fuller tile's row already lists."""
+    tiles = ", ".join(str(u.tile) for u, _ in repeats)
+    same = ", ".join(str(s) for s in sorted({s for _, s in repeats}))
+    most = max(u.bytes for u, _ in repeats)
+    return (
+        "",
+        f"+{len(repeats)}",
+        f"≤{m.fmt_int(most)}",
+        "",
+        f"tiles {tiles}: the same largest tensors as tile {same}",
+    )
 
 
 def liveness_table(report: CostReport) -> Table:
@@ -253,10 +275,11 @@ def categories_table(report: CostReport) -> RenderableType:
 
 
 def memory_tables(report: CostReport, full: bool = True) -> list[RenderableType]:
-    """Peak per IPU and the categories; in full, or when a tile is over its budget, the tiles'
-    histogram, the fullest tiles and live ranges too."""
-    if not full and report.fits:
-        return [peak_per_ipu_table(report), categories_table(report)]
+    """Peak per IPU and the categories; when a tile is over its budget, the fullest tiles too;
+    in full, also the tiles' histogram and live ranges."""
+    if not full:
+        over = () if report.fits else (top_tiles_table(report, full=False),)
+        return [peak_per_ipu_table(report), *over, categories_table(report)]
     return [
         peak_per_ipu_table(report),
         histogram_table(report),
@@ -400,7 +423,7 @@ def collectives_table(report: CostReport) -> Table:
             m.fmt_int(c.cycles),
             c.op,
             m.short_source(c.source) if c.source else "",
-            c.why,
+            m.shorten_paths(c.why),
         )
     return coll
 

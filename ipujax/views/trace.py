@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from ipujax.report import CollectiveCost, CostReport, PhaseCost, SuperstepCost
-from ipujax.views.metrics import short_source
+from ipujax.views.metrics import short_source, shorten_paths
 
 MAX_IPUS = 16  # IPUs drawn: every IPU runs the same (SPMD) program, so more add nothing
 _LINKS = "IPU-Links (GlobalExchange)"
@@ -79,7 +79,7 @@ def _collective_args(coll: CollectiveCost, index: int) -> dict[str, Any]:
         "group_size": coll.group_size,
         "bytes_per_ipu": coll.bytes_per_ipu,
         "collective_cycles": coll.cycles,
-        "why": coll.why,
+        "why": shorten_paths(coll.why),
     }
 
 
@@ -114,7 +114,7 @@ def _superstep_events(report: CostReport, threads: _Threads, ipus: int) -> list[
                 "superstep": index,
                 "step_name": step.name,
                 "op": step.op,
-                "source": step.source,
+                "source": shorten_paths(step.source),
                 "cycles": cycles,
                 "superstep_cycles": step.cycles,
                 "tiles": step.tiles,
@@ -163,7 +163,7 @@ def _unmatched_collective_events(report: CostReport, threads: _Threads, ipus: in
                         **_collective_args(coll, index),
                         "cycles": coll.cycles,
                         "op": coll.op,
-                        "source": coll.source,
+                        "source": shorten_paths(coll.source),
                     },
                 }
             )

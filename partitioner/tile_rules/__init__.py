@@ -34,6 +34,7 @@ from partitioner.tile_rules.collective import collective_tile_rule
 from partitioner.tile_rules.common import TileRule
 from partitioner.tile_rules.conv import convolution_tile_rule
 from partitioner.tile_rules.elementwise import elementwise_tile_rule
+from partitioner.tile_rules.loop import case_tile_rule, while_tile_rule
 from partitioner.tile_rules.matmul import dot_general_tile_rule, operand_layouts
 from partitioner.tile_rules.reduce import reduce_tile_rule
 from partitioner.tile_rules.views import (
@@ -45,11 +46,11 @@ from partitioner.tile_rules.views import (
 from partitioner.tile_rules.whole import whole_tensor_tile_rule
 
 # Ops that run as one kernel over the whole tensor (see `whole`): data movement, gather and
-# scatter, sort, windows, control flow, and the shard ops of per-IPU programs.
+# scatter, sort, windows, and the shard ops of per-IPU programs.
 _WHOLE = (
     "iota", "transpose", "slice", "dynamic_slice", "dynamic_update_slice",
     "concatenate", "pad", "reverse", "gather", "scatter", "sort", "top_k",
-    "reduce_window", "select_and_scatter", "while", "case", "shard_slice", "shard_mask",
+    "reduce_window", "select_and_scatter", "shard_slice", "shard_mask",
     "shard_index",
 )  # fmt: skip
 
@@ -65,6 +66,8 @@ TILE_RULES: dict[str, TileRule] = {
     "dot_general": dot_general_tile_rule,
     "convolution": convolution_tile_rule,
     "reduce": reduce_tile_rule,
+    "while": while_tile_rule,
+    "case": case_tile_rule,
     "sharding_constraint": identity_tile_rule,
     "optimization_barrier": identity_tile_rule,
 }

@@ -107,7 +107,9 @@ def test_a_report_that_does_not_fit_still_prints(cli) -> None:
     run = cli("cost-report", f"{WORKLOADS}:too_big")
     assert run.code == 0, run.err
     assert re.search(r"fits\s+NO", run.out)
-    assert "(over)" in run.out  # the histogram marks bins over the budget
+    assert "Memory: fullest tiles" in run.out  # what is on the tiles over budget
+    full = cli("cost-report", f"{WORKLOADS}:too_big", "--full")
+    assert "(over)" in full.out  # the histogram marks bins over the budget
 
 
 def _one_line_error(run) -> str:
@@ -181,3 +183,15 @@ def test_python_dash_m_as_a_subprocess() -> None:
     assert "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()]
     assert bad.stderr.startswith("ipujax: error:")
+
+
+def test_gpt2_small_on_dp2_tp2_fits_a_screen(cli, monkeypatch) -> None:
+    """Issue 19: the GPT-2 workload's default report, which does not fit its tiles unphased,
+    in under 120 lines at the width the CLI prints to a pipe (120 columns)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    spec = str(Path(__file__).resolve().parents[2] / "examples/gpt/workloads.py") + ":gpt2_small"
+    run = cli("cost-report", spec, "--mesh", "dp=2,tp=2")
+    assert run.code == 0, run.err
+    assert re.search(r"fits\s+NO", run.out)
+    assert len(run.out.splitlines()) < 120
+    assert re.search(r"Collectives \(IPU-Link bytes\): \d+ in \d+ groups", run.out)

@@ -114,3 +114,57 @@ def test_a_key_implementation_built_on_rng_bit_generator_is_a_clear_error() -> N
     where = r"rng_bit_generator` at .*test_jax_objects.py"
     with pytest.raises(ipujax.UnsupportedOpError, match=where):
         ipujax.jit(_noisy)(key, np.zeros((4, 3), np.float32))
+
+
+def test_with_mesh_runs_calls_that_name_none_on_it() -> None:
+    x, w = _args()
+    jitted = ipujax.jit(_ffn, in_shardings=(P("dp"), None))
+    with ipujax.make_mesh((4,), ("dp",)) as mesh:
+        assert jitted.lower(x, w).compile().mesh is mesh
+        np.testing.assert_allclose(np.asarray(jitted(x, w)), np.asarray(jax.jit(_ffn)(x, w)))
+    # Outside the block, one IPU again, with no axis dp; the call made in the block is not
+    # reused.
+    with pytest.raises(ipujax.ShardingError, match=r"the mesh \(ipu=1\) does not have"):
+        jitted(x, w)
+
+
+def test_jax_set_mesh_is_honoured() -> None:
+    x, w = _args()
+    jitted = ipujax.jit(_ffn, in_shardings=(P("dp"), None))
+    with jax.sharding.use_abstract_mesh(AbstractMesh((2,), ("dp",))):
+        compiled = jitted.lower(x, w).compile()
+    assert compiled.mesh.axis_names == ("dp",) and compiled.mesh.ipus == 2
+
+
+def test_an_explicit_mesh_wins_over_the_context() -> None:
+    x, w = _args()
+    jitted = ipujax.jit(_ffn, mesh=ipujax.make_mesh((2,), ("dp",)))
+    with ipujax.make_mesh((4,), ("dp",)):
+        assert jitted.lower(x, w).compile().mesh.ipus == 2
+
+
+def test_a_spec_that_does_not_divide_is_refused_as_jax_refuses_it() -> None:
+    x = np.ones((63, 4), np.float32)
+    jitted = ipujax.jit(jax.numpy.tanh, mesh=ipujax.make_mesh((2,), ("dp",)), in_shardings=P("dp"))
+    with pytest.raises(ipujax.ShardingError) as error:
+        jitted(x)
+    message = str(error.value)
+    assert "\n" not in message
+    assert "dimension 0 of shape (63, 4) (63) over dp=2" in message and "pad it to 64" in message
+
+
+@pytest.mark.parametrize("auto", [True, False])
+def test_shard_map_is_refused_at_the_users_line(auto: bool) -> None:
+    types = (jax.sharding.AxisType.Auto if auto else jax.sharding.AxisType.Explicit,)
+    mesh = jax.make_mesh((1,), ("dp",), axis_types=types)
+
+    def program(x: jax.Array) -> jax.Array:
+        body = lambda a: jax.lax.psum(a, "dp")  # noqa: E731
+        return jax.shard_map(body, mesh=mesh, in_specs=P("dp"), out_specs=P())(x)
+
+    # The psum's line, or the shard_map's when jax refuses its mesh before tracing the body.
+    lines = f"({program.__code__.co_firstlineno + 1}|{program.__code__.co_firstlineno + 2})"
+    with pytest.raises(
+        ipujax.UnsupportedOpError, match=rf"shardings.*test_jax_objects.py:{lines}\b"
+    ):
+        ipujax.jit(program, mesh=mesh)(np.ones((4, 2), np.float32))

@@ -186,6 +186,17 @@ def test_mesh_axis_that_splits_no_input() -> None:
 
 
 # ---- uneven splits: padding is masked ------------------------------------------------------------
+# A user's in_shardings must divide (as jax's), so the programs split their uneven rows with
+# with_sharding_constraint, which jax lets pad, and the split propagates back to the inputs.
+
+
+def _rows_split(fun: Any) -> Any:
+    """`fun` with its arguments' rows split over dp (jax.jit runs `fun` itself, meshless)."""
+
+    def split(*arrays: jax.Array) -> Any:
+        return fun(*(jax.lax.with_sharding_constraint(a, P("dp")) for a in arrays))
+
+    return split
 
 
 def _elementwise_and_sums(x: jax.Array, k: jax.Array) -> tuple[jax.Array, ...]:
@@ -199,7 +210,7 @@ def test_uneven_rows_elementwise_and_reductions(rows: int) -> None:
     x = (-np.abs(rng.randn(rows, 3)) - 1.0).astype(np.float32)  # all < 0: a max sees padding
     k = rng.randint(-100, 100, (rows, 3)).astype(np.int32)
     the_mesh = mesh((4,), ("dp",))
-    compiled = compile_sharded(_elementwise_and_sums, the_mesh, (x, k), (P("dp"), P("dp")))
+    compiled = compile_sharded(_rows_split(_elementwise_and_sums), the_mesh, (x, k))
     local = compiled.partitioned.graph.inputs[0].shape
     assert local == (-(-rows // 4), 3)  # split with padding, not replicated
     assert_trees_close(compiled(x, k), jax.jit(_elementwise_and_sums)(x, k))
@@ -213,7 +224,7 @@ def _contract_rows(x: jax.Array, w: jax.Array) -> jax.Array:
 def test_uneven_rows_contracted_by_a_matmul(rows: int) -> None:
     rng = np.random.RandomState(rows)
     x, w = rng.randn(rows, 3).astype(np.float32), rng.randn(rows, 5).astype(np.float32)
-    compiled = compile_sharded(_contract_rows, mesh((4,), ("dp",)), (x, w), (P("dp"), P("dp")))
+    compiled = compile_sharded(_rows_split(_contract_rows), mesh((4,), ("dp",)), (x, w))
     names = [op.name for op in compiled.partitioned.graph.ops]
     assert "shard_mask" in names
     assert [(op.name, op.attrs["axes"]) for op in collective_ops(compiled)] == [("all_reduce", DP)]

@@ -4,6 +4,7 @@ peak, histogram, fullest-tile and liveness tables."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,17 +14,58 @@ from ipujax.views.html.widgets import WIDTH, Raw, e, legend, panel, svg, table
 
 MAX_HEATMAPS = 16
 OVER = "#d62728"
-# A perceptually even sequential palette (viridis stops), low bytes dark, high bytes bright.
+# Within the budget: a perceptually even sequential palette (viridis stops), low bytes dark,
+# high bytes bright.
 _PALETTE = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+# Past the budget: a second palette of other hues (reds, pale to `OVER`), from the budget to the
+# fullest tile, so that a tile at 101% of the budget and one at 190% still look different.
+_OVER_PALETTE = ((252, 187, 161), (251, 106, 74), (214, 39, 40))
+LEGEND_BAR = 300  # px of the within-budget colour bar; the over-budget one is `LEGEND_OVER`
+LEGEND_OVER = 200
 
 
-def _colour(fraction: float) -> str:
-    """The palette at `fraction` in [0, 1], as #rrggbb."""
-    f = min(max(fraction, 0.0), 1.0) * (len(_PALETTE) - 1)
-    i = min(int(f), len(_PALETTE) - 2)
+def _colour(fraction: float, palette: tuple[tuple[int, int, int], ...] = _PALETTE) -> str:
+    """`palette` at `fraction` in [0, 1], as #rrggbb."""
+    f = min(max(fraction, 0.0), 1.0) * (len(palette) - 1)
+    i = min(int(f), len(palette) - 2)
     t = f - i
-    a, b = _PALETTE[i], _PALETTE[i + 1]
+    a, b = palette[i], palette[i + 1]
     return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class HeatScale:
+    """Where a heatmap's colours sit: the emptiest tile, the budget and the fullest tile."""
+
+    low: int
+    budget: int
+    high: int
+
+    @classmethod
+    def of(cls, values: np.ndarray, budget: int) -> HeatScale:
+        if not values.size:
+            return cls(0, budget, 0)
+        return cls(int(values.min()), budget, int(values.max()))
+
+    @property
+    def top(self) -> int:
+        """The top of the within-budget scale: the fullest tile, or the budget if it is over."""
+        return min(self.high, self.budget)
+
+    @property
+    def any_within(self) -> bool:
+        return self.low <= self.budget
+
+    @property
+    def any_over(self) -> bool:
+        return self.high > self.budget
+
+    def fill(self, nbytes: int) -> str:
+        """A tile's colour: the first palette up to the budget, the second past it."""
+        if nbytes > self.budget:
+            return _colour((nbytes - self.budget) / (self.high - self.budget), _OVER_PALETTE)
+        span = self.top - self.low
+        return _colour((nbytes - self.low) / span if span > 0 else 0.5)
 
 
 def _heatmap(report: CostReport, ipu: int) -> str:
@@ -34,60 +76,70 @@ def _heatmap(report: CostReport, ipu: int) -> str:
     rows = math.ceil(n / cols)
     cell = max(4, min(28, (WIDTH - 20) // cols))
     budget = report.bytes_per_tile
-    high = min(int(values.max()) if n else 0, budget)  # tiles over the budget are drawn red
-    low = min(int(values.min()) if n else 0, high)
-    span = max(high - low, 1)
+    scale = HeatScale.of(values, budget)
     parts = []
     for t in range(n):
         x, y = (t % cols) * cell, (t // cols) * cell
         b = int(values[t])
-        fill = OVER if b > budget else _colour((b - low) / span if high > low else 0.5)
         parts.append(
-            f'<rect x="{x}" y="{y}" width="{cell - 1}" height="{cell - 1}" fill="{fill}">'
+            f'<rect x="{x}" y="{y}" width="{cell - 1}" height="{cell - 1}" '
+            f'fill="{scale.fill(b)}">'
             f"<title>IPU {ipu} tile {t}: {b:,} B ({100 * b / budget:.1f}% of budget)</title></rect>"
         )
-    grid_h = rows * cell
-    legend_y = grid_h + 14
-    key = _heatmap_legend(report, (low, high), legend_y, cols * cell)
-    height = legend_y + 46
-    return svg(cols * cell, height, f"memory per tile, IPU {ipu}", "".join(parts) + key)
+    legend_y = rows * cell + 14
+    key = _heatmap_legend(scale, legend_y)
+    # As wide as the page's plots whatever the grid's width, so the legend's words fit.
+    return svg(
+        max(cols * cell, WIDTH), legend_y + 46, f"memory per tile, IPU {ipu}", "".join(parts) + key
+    )
 
 
-def _heatmap_legend(report: CostReport, scale: tuple[int, int], y: int, width: int) -> str:
-    bar_w = min(420, width - 10)
+def _bar(x: float, y: int, width: int, palette: tuple[tuple[int, int, int], ...]) -> str:
+    """A colour bar of `palette` from `x`, `width` px wide."""
     steps = 40
-    seg = bar_w / steps
-    rects = "".join(
-        f'<rect x="{i * seg:.1f}" y="{y}" width="{seg + 0.5:.1f}" height="12" '
-        f'fill="{_colour(i / (steps - 1))}"/>'
+    seg = width / steps
+    return "".join(
+        f'<rect x="{x + i * seg:.1f}" y="{y}" width="{seg + 0.5:.1f}" height="12" '
+        f'fill="{_colour(i / (steps - 1), palette)}"/>'
         for i in range(steps)
     )
-    budget = report.bytes_per_tile
-    if int(report.tile_memory.min(initial=budget + 1)) > budget:
-        rects, bar_w = "", -16  # no tile within the budget: only the red key
-    labels = (
-        ""
-        if not rects
-        else (
-            f'<text x="0" y="{y + 28}" font-size="12">{e(m.fmt_bytes_short(scale[0]))}</text>'
-            f'<text x="{bar_w}" y="{y + 28}" font-size="12" text-anchor="end">'
-            f"{e(m.fmt_bytes_short(scale[1]))}</text>"
+
+
+def _label(x: float, y: int, text: str, anchor: str = "start") -> str:
+    return f'<text x="{x:.1f}" y="{y}" font-size="12" text-anchor="{anchor}">{e(text)}</text>'
+
+
+def _heatmap_legend(scale: HeatScale, y: int) -> str:
+    """The colour bars with their ends in bytes: the within-budget one from the emptiest tile,
+    then (when a tile is over) the over-budget one from the budget, marked, to the fullest."""
+    parts, x = [], 0.0
+    short = m.fmt_bytes_short
+    if scale.any_within:
+        parts += [_bar(0, y, LEGEND_BAR, _PALETTE), _label(0, y + 28, short(scale.low))]
+        x = LEGEND_BAR
+        if not scale.any_over:
+            parts.append(_label(x, y + 28, short(scale.top), "end"))
+    if scale.any_over:
+        parts += [
+            _bar(x, y, LEGEND_OVER, _OVER_PALETTE),
+            f'<line x1="{x}" x2="{x}" y1="{y - 4}" y2="{y + 16}" stroke="#1d2330" '
+            'stroke-width="2"/>',
+            _label(x, y + 28, f"budget {short(scale.budget)}", "middle" if x else "start"),
+            _label(x + LEGEND_OVER, y + 28, short(scale.high), "end"),
+        ]
+        x += LEGEND_OVER
+    return "".join(parts) + _label(x + 16, y + 11, _legend_words(scale))
+
+
+def _legend_words(scale: HeatScale) -> str:
+    budget = m.fmt_bytes_short(scale.budget)
+    peak = m.fmt_pct(scale.high / scale.budget if scale.budget else 0.0, 1)
+    if scale.any_over:
+        return (
+            f"colour: bytes per tile; reds are over the budget of {budget} per tile (the "
+            f"fullest is {peak} of it)"
         )
-    )
-    if report.peak_tile_bytes > budget:
-        marker = (
-            f'<rect x="{bar_w + 16}" y="{y}" width="12" height="12" fill="{OVER}"/>'
-            f'<text x="{bar_w + 34}" y="{y + 11}" font-size="12">over the budget of '
-            f"{e(m.fmt_bytes_short(budget))} per tile</text>"
-        )
-    else:
-        marker = (
-            f'<text x="{bar_w + 16}" y="{y + 11}" font-size="12">'
-            "colour: bytes per tile, least to most; "
-            f"budget {e(m.fmt_bytes_short(budget))} per tile (peak is "
-            f"{e(m.fmt_pct(m.memory_fraction(report), 1))} of it)</text>"
-        )
-    return rects + labels + marker
+    return f"colour: bytes per tile, least to most; budget {budget} per tile (peak is {peak} of it)"
 
 
 def _profile(report: CostReport, ipu: int) -> str:

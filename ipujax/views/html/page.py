@@ -8,7 +8,10 @@ from ipujax.views import metrics as m
 from ipujax.views.html.execution import execution_section, phase_timeline
 from ipujax.views.html.memory import memory_section
 from ipujax.views.html.style import CSS
-from ipujax.views.html.widgets import card, e, panel, table
+from ipujax.views.html.widgets import card, details, e, panel, table
+
+MAX_ROWS = 500  # rows of a collectives table; a program can need tens of thousands
+NONE = '<p class="none">none</p>'
 
 
 def _summary(report: CostReport) -> str:
@@ -75,28 +78,75 @@ def _communication(report: CostReport) -> str:
         ("host", f"{m.fmt_bytes(report.host_bytes)} in {kinds.host:,} cycles not hidden"),
     ]
     overview = table(("traffic", "bytes"), rows)
-    if report.collectives:
-        coll = table(
-            ("kind", "axes", "group", "bytes per IPU", "cycles", "op", "source", "why"),
-            [
-                (
-                    c.kind,
-                    ",".join(c.axes),
-                    c.group_size,
-                    f"{c.bytes_per_ipu:,}",
-                    f"{c.cycles:,}",
-                    c.op,
-                    m.short_source(c.source) if c.source else "",
-                    c.why,
-                )
-                for c in report.collectives
-            ],
-            numeric=(2, 3, 4),
-            source=(6,),
+    if not report.collectives:
+        return panel("Traffic", overview) + panel("Collectives (IPU-Link bytes)", NONE)
+    groups = m.collective_groups(report)
+    title = (
+        f"Collectives (IPU-Link bytes): {len(report.collectives):,} in {len(groups):,} groups "
+        "by kind, axes and source line"
+    )
+    return panel("Traffic", overview) + panel(
+        title, _collective_groups(groups) + _every_collective(report)
+    )
+
+
+def _collective_groups(groups: list[m.CollectiveGroup]) -> str:
+    """The groups as the terminal's default table has them, costliest first; past
+    `MAX_ROWS` the rest summed in one row."""
+    rows: list[tuple[object, ...]] = [
+        (
+            g.kind,
+            ",".join(g.axes),
+            g.group_size,
+            m.short_source(g.source) if g.source else "",
+            f"{g.count:,}",
+            f"{g.bytes_per_ipu:,}",
+            f"{g.cycles:,}",
         )
-    else:
-        coll = '<p class="none">none</p>'
-    return panel("Traffic", overview) + panel("Collectives (IPU-Link bytes)", coll)
+        for g in groups[:MAX_ROWS]
+    ]
+    rest = groups[MAX_ROWS:]
+    if rest:
+        counts = (sum(g.count for g in rest), sum(g.bytes_per_ipu for g in rest))
+        cycles = sum(g.cycles for g in rest)
+        rows.append(
+            (f"... {len(rest):,} more", "", "", "", *(f"{n:,}" for n in counts), f"{cycles:,}")
+        )
+    return table(
+        ("kind", "axes", "group", "source", "count", "bytes per IPU", "cycles"),
+        rows,
+        numeric=(2, 4, 5, 6),
+        source=(3,),
+    )
+
+
+def _every_collective(report: CostReport) -> str:
+    """Each collective with the op and why it was needed, folded away: a large program has
+    thousands. At most `MAX_ROWS` rows; the JSON report holds every one."""
+    shown = report.collectives[:MAX_ROWS]
+    listing = table(
+        ("kind", "axes", "group", "bytes per IPU", "cycles", "op", "source", "why"),
+        [
+            (
+                c.kind,
+                ",".join(c.axes),
+                c.group_size,
+                f"{c.bytes_per_ipu:,}",
+                f"{c.cycles:,}",
+                c.op,
+                m.short_source(c.source) if c.source else "",
+                m.shorten_paths(c.why),
+            )
+            for c in shown
+        ],
+        numeric=(2, 3, 4),
+        source=(6,),
+        prose=(7,),
+    )
+    more = len(report.collectives) - len(shown)
+    note = f'<p class="note">{more:,} more not listed (the JSON report has every one).</p>'
+    summary = f"Every collective, with why it was needed ({len(report.collectives):,})"
+    return details(summary, listing + (note if more else ""))
 
 
 def _phases(report: CostReport) -> str:

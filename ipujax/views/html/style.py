@@ -26,6 +26,14 @@ th, td { padding: 3px 10px; border-bottom: 1px solid #eceef2; text-align: left;
 th { color: #3a4252; font-weight: 600; background: #f8f9fb; }
 td.num, th.num { text-align: right; white-space: nowrap; }
 td.src { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px; }
+/* A wide table scrolls in its own box; long paths break anywhere rather than widen the table,
+   and a column of sentences keeps room enough to read. */
+.scroll { overflow-x: auto; max-width: 100%; }
+td.src, td.prose { overflow-wrap: anywhere; }
+td.src { min-width: 12em; }
+td.prose { min-width: 18em; }
+details { margin-top: 10px; }
+summary { cursor: pointer; color: #2b5d8e; font-weight: 600; }
 tr.over td { color: #b3261e; font-weight: 600; }
 .bar { display: inline-block; height: 10px; background: #5e9fd8; border-radius: 2px; }
 .bar.over { background: #d62728; }

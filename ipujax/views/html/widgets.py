@@ -20,7 +20,12 @@ def table(
     source: Sequence[int] = (),
     row_classes: Sequence[str] | None = None,
     cls: str = "",
+    prose: Sequence[int] = (),
 ) -> str:
+    """A table in its own horizontally scrolling box, so that a wide one (long source lines,
+    a collective's why) scrolls inside its panel instead of running past it. `numeric` columns
+    align right; `source` ones are monospace and `prose` ones plain text, both wrapping
+    anywhere when a path has no space to break at."""
     head = "".join(
         f'<th class="num">{e(h)}</th>' if i in numeric else f"<th>{e(h)}</th>"
         for i, h in enumerate(headers)
@@ -29,7 +34,9 @@ def table(
     for r, row in enumerate(rows):
         cells = []
         for i, cell in enumerate(row):
-            kind = "num" if i in numeric else "src" if i in source else ""
+            kind = (
+                "num" if i in numeric else "src" if i in source else "prose" if i in prose else ""
+            )
             raw = cell if isinstance(cell, Raw) else e(cell)
             cells.append(f'<td class="{kind}">{raw}</td>' if kind else f"<td>{raw}</td>")
         marked = row_classes[r] if row_classes and row_classes[r] else ""
@@ -37,7 +44,7 @@ def table(
         body.append("".join(cells) + "</tr>")
     thead = f"<thead><tr>{head}</tr></thead>" if any(headers) else ""
     opening = f'<table class="{cls}">' if cls else "<table>"
-    return f"{opening}{thead}<tbody>{''.join(body)}</tbody></table>"
+    return f'<div class="scroll">{opening}{thead}<tbody>{"".join(body)}</tbody></table></div>'
 
 
 def svg(width: int, height: int, label: str, body: str) -> str:
@@ -55,6 +62,11 @@ class Raw(str):
 def panel(title: str, content: str, note: str = "") -> str:
     note_html = f'<p class="note">{e(note)}</p>' if note else ""
     return f'<div class="panel"><h3>{e(title)}</h3>{content}{note_html}</div>'
+
+
+def details(summary: str, content: str) -> str:
+    """`content` folded away under a `summary` line the reader opens (no script needed)."""
+    return f"<details><summary>{e(summary)}</summary>{content}</details>"
 
 
 def card(key: str, value: str, note: str = "", cls: str = "") -> str:
