@@ -7,7 +7,9 @@ each device its IPUs' share of the work. An axis of size s can go over any f dev
 dividing s; as many devices are used as the axes can share, with the most on the best axes. An
 axis is the better the more input bytes are split over it (weights over tp, say: a device
 then holds and updates only its share) and the fewer bytes its collectives move per IPU (those
-now cross devices). docs/distributed.md has the measurements behind the rule.
+now cross devices). docs/distributed.md has the measurements behind the rule. Under
+`jax.distributed`, `jax.devices()` lists every process's devices in the same order everywhere,
+so every process makes the same plan.
 """
 
 from __future__ import annotations

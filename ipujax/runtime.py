@@ -8,7 +8,9 @@ jax's own lowerings use u64 (see lowering).
 
 A mesh of many IPUs is the per-IPU program vmapped once per mesh axis. With several real jax
 devices, the axes `devices.plan_devices` picks are split over them: the same jitted function,
-with sharding constraints that XLA's SPMD partitioner follows (docs/distributed.md).
+with sharding constraints that XLA's SPMD partitioner follows (docs/distributed.md). The devices
+may be those of several processes joined by `jax.distributed`; each process then places only its
+own devices' shards of the arguments.
 """
 
 from __future__ import annotations
@@ -80,10 +82,26 @@ def _placed(flat: tuple[Array, ...], shardings: Sequence[NamedSharding]) -> tupl
     if not moved:
         return flat
     placed = list(flat)
-    arrays = jax.device_put([_via_host(flat[i]) for i in moved], [shardings[i] for i in moved])
-    for i, x in zip(moved, arrays, strict=True):
+    # Devices of this process only (always, with one process): one batched device_put.
+    local = [i for i in moved if shardings[i].is_fully_addressable]
+    arrays = jax.device_put([_via_host(flat[i]) for i in local], [shardings[i] for i in local])
+    for i, x in zip(local, arrays, strict=True):
         placed[i] = x
+    for i in moved:
+        if not shardings[i].is_fully_addressable:
+            placed[i] = _global(flat[i], shardings[i])
     return tuple(placed)
+
+
+def _global(x: Array, sharding: NamedSharding) -> Array:
+    """`x` on devices of several processes (jax.distributed). Host data, the same on every
+    process as in any multi-controller program, is cut on each process into the shards of its
+    own devices: jax.device_put would first compare it across processes, a collective of the
+    whole array on every call. A global array sharded otherwise is resharded by device_put."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return jax.device_put(x, sharding)
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 def _via_host(x: Array) -> Array:
