@@ -125,7 +125,7 @@ def _select_and_scatter_cost_rule(
 
 def _summing_collective_cost_rule(operands: Values, results: Values, **attrs: Any) -> OpCost:
     # The adds a reducing collective does on each IPU; its link traffic is the partitioner's.
-    return _traffic(operands, results, flops=operands[0].size)
+    return _traffic(operands, results, flops=sum(x.size for x in operands))
 
 
 COST_RULES: dict[str, CostRule] = {

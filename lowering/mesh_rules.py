@@ -38,10 +38,15 @@ def local_mesh_axes(axes: Iterable[str]) -> Iterator[None]:
 
 
 def _all_reduce_eval_rule(
-    x: Array, *, axes: tuple[str, ...], group_size: int, reduction: str = "sum", **why: Any
+    *xs: Array, axes: tuple[str, ...], group_size: int, reduction: str = "sum", **why: Any
 ) -> tuple[Array, ...]:
+    """Each operand reduced over the IPUs of `axes` (several when a combiner merged them)."""
     if not set(axes) <= _LOCAL_AXES.get():
-        return (_ALL_REDUCES[reduction](x, axes),)
+        return tuple(_ALL_REDUCES[reduction](xs, axes))
+    return tuple(_gathered_reduction(x, axes, reduction) for x in xs)
+
+
+def _gathered_reduction(x: Array, axes: tuple[str, ...], reduction: str) -> Array:
     parts = [x]
     for axis in axes:
         gathered = [lax.all_gather(p, axis) for p in parts]
@@ -50,7 +55,7 @@ def _all_reduce_eval_rule(
     while len(parts) > 1:  # pairwise, as a tree
         pairs = [combine(a, b) for a, b in zip(parts[::2], parts[1::2], strict=False)]
         parts = pairs + parts[2 * len(pairs) :]
-    return (parts[0],)
+    return parts[0]
 
 
 def _all_gather_eval_rule(

@@ -30,6 +30,10 @@ def _same_as_first_shape_rule(x: Aval, *rest: Aval, **attrs: Any) -> tuple[Aval,
     return (Aval(x.shape, x.dtype),)
 
 
+def _same_as_operands_shape_rule(*xs: Aval, **attrs: Any) -> tuple[Aval, ...]:
+    return tuple(Aval(x.shape, x.dtype) for x in xs)
+
+
 def _predicate_shape_rule(x: Aval, *rest: Aval, **attrs: Any) -> tuple[Aval, ...]:
     return (Aval(x.shape, _BOOL),)
 
@@ -220,7 +224,7 @@ def _shard_index_shape_rule(indices: Aval, **attrs: Any) -> tuple[Aval, ...]:
 
 SHAPE_RULES: dict[str, ShapeRule] = {
     "shard_index": _shard_index_shape_rule,
-    "all_reduce": _same_as_first_shape_rule,
+    "all_reduce": _same_as_operands_shape_rule,  # variadic once combined
     "all_gather": _all_gather_shape_rule,
     "reduce_scatter": _split_shape_rule,
     "all_to_all": _all_to_all_shape_rule,

@@ -15,6 +15,7 @@ its public face; `ipujax` imports nothing else from it.
 
 from partitioner.code_memory import CATEGORIES as MEMORY_CATEGORIES
 from partitioner.code_memory import OP_VERTEX_KINDS, POPVISION_NAMES
+from partitioner.combine import BUFFER_BYTES
 from partitioner.cost.links import CollectiveCost, axis_traffic, ring_bytes
 from partitioner.cost.streaming import PhaseCost, io_tile_bytes
 from partitioner.cost.summary import StepCost
@@ -32,6 +33,7 @@ from partitioner.target import Target
 from partitioner.tile_rules import TILE_RULES
 
 __all__ = [
+    "BUFFER_BYTES",
     "FACTOR_RULES",
     "MEMORY_CATEGORIES",
     "OP_VERTEX_KINDS",

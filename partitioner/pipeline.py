@@ -5,6 +5,8 @@ per-IPU BSP program with its memory and its cost.
                    partitions like its body and runs phase-major
     partition      (mesh of many IPUs) user specs -> shardings -> propagation -> the per-IPU
                    program with collectives; verified when asked
+    combine        (unphased) all-reduces over the same axes held back and merged, up to a
+                   buffer of bytes, as Graphcore's TensorFlow and XLA combine them
     place axes     mesh axes onto physical IPUs, the last axis innermost
     schedule       tile layouts, kernels and supersteps on the compute tiles
     replicas       the replica axes, derived from the shardings (or given)
@@ -32,6 +34,7 @@ from typing import Any
 from jax.sharding import PartitionSpec
 
 from lowering import Graph, unroll_loops, verify
+from partitioner.combine import BUFFER_BYTES, combine_all_reduces
 from partitioner.cost.host import host_io, host_rate, host_supersteps
 from partitioner.cost.links import LinkModel
 from partitioner.cost.streaming import (
@@ -67,6 +70,7 @@ class Options:
     replica_axes: tuple[str, ...] | None = None
     check_memory: bool = True
     verify: bool = False
+    collective_buffer_bytes: int = BUFFER_BYTES  # the combiner's; 0 keeps collectives apart
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,6 +209,8 @@ def build(
     if mesh.ipus > 1:
         partitioned = partition_program(graph, mesh, in_specs, out_specs)
         local = partitioned.graph
+        if options.phases is None:
+            local = combine_all_reduces(local, options.collective_buffer_bytes)
         if options.verify:
             verify(local)
     links = place_axes(partitioned, mesh)

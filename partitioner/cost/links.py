@@ -77,7 +77,7 @@ def collective_buffer(op: Op) -> int:
     """The buffer the ring closed form of a collective op is stated for (see `ring_bytes`)."""
     if op.name == "all_gather":
         return op.results[0].nbytes
-    return op.operands[0].nbytes
+    return sum(x.nbytes for x in op.operands)  # an all-reduce's combined operands together
 
 
 def axis_traffic(graph: Graph) -> dict[str, int]:

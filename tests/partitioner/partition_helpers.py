@@ -33,8 +33,11 @@ def compile_sharded(
     args: Sequence[Any],
     in_shardings: Any = None,
     out_shardings: Any = None,
+    **options: Any,
 ) -> ipujax.Compiled:
-    jitted = ipujax.jit(fun, mesh=the_mesh, in_shardings=in_shardings, out_shardings=out_shardings)
+    jitted = ipujax.jit(
+        fun, mesh=the_mesh, in_shardings=in_shardings, out_shardings=out_shardings, **options
+    )
     return jitted.lower(*args).compile()
 
 

@@ -103,7 +103,10 @@ def _compile(shape, names, split, groups=1, batch=16):
     specs = channel_split(split) if split else {k: P() for k in params}
     mesh = ipujax.make_mesh(shape, names, target=TARGET)
     fun = lambda p, x, y: step(p, x, y, groups)  # noqa: E731
-    jitted = ipujax.jit(fun, mesh=mesh, in_shardings=(specs, P("dp"), P("dp")))
+    # Each collective apart, as the partitioner emits it (`test_combine` checks combining).
+    jitted = ipujax.jit(
+        fun, mesh=mesh, in_shardings=(specs, P("dp"), P("dp")), collective_buffer_bytes=0
+    )
     return jitted.lower(params, x, y).compile(), (params, x, y), fun
 
 
@@ -177,9 +180,8 @@ def test_gradients_accumulated_over_micro_batches_are_all_reduced_once() -> None
     xs, ys = x.reshape(2, 8, *x.shape[1:]), y.reshape(2, 8, *y.shape[1:])
     mesh = ipujax.make_mesh((4,), ("dp",), target=TARGET)
     specs = ({k: P() for k in params}, P(None, "dp"), P(None, "dp"))
-    compiled = (
-        ipujax.jit(accumulated_step, mesh=mesh, in_shardings=specs).lower(params, xs, ys).compile()
-    )
+    jitted = ipujax.jit(accumulated_step, mesh=mesh, in_shardings=specs, collective_buffer_bytes=0)
+    compiled = jitted.lower(params, xs, ys).compile()
     _assert_close(compiled(params, xs, ys), jax.jit(accumulated_step)(params, xs, ys))
     # The weights' gradients stay partial sums, added on each IPU micro-batch after
     # micro-batch (through views: the dense layer's is a transpose), and are AllReduced once,

@@ -5,6 +5,7 @@ w2 [4h, h] in f32 (e = 4) under Megatron 1D, data parallelism and 2D tensor para
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import jax
@@ -38,6 +39,10 @@ from partitioner.sharding import Sharding
 
 T, H = 16, 8  # tokens and hidden width of the FFN
 
+# Each collective as the partitioner emits it, value by value as XLA's SPMD partitioner does
+# before its combiner; `test_combine` checks the combining.
+_uncombined = functools.partial(compile_sharded, collective_buffer_bytes=0)
+
 
 def _check_report_totals(compiled: ipujax.Compiled) -> None:
     """Every collective's bytes are its ring's closed form for its own buffer, and the report's
@@ -67,7 +72,7 @@ MEGATRON = (P(), P(None, "tp"), P("tp", None))
 
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_megatron_forward_is_one_all_reduce_of_the_output(p: int) -> None:
-    compiled = compile_sharded(ffn, mesh((p,), ("tp",)), ffn_args(T, H), MEGATRON, P())
+    compiled = _uncombined(ffn, mesh((p,), ("tp",)), ffn_args(T, H), MEGATRON, P())
     expected = all_reduce_bytes(p, T * H * F32)
     assert expected == 2 * (p - 1) * T * H * F32 // p
     assert _all_reduces(compiled) == [(("tp",), (T, H), expected)]
@@ -78,7 +83,7 @@ def test_megatron_forward_is_one_all_reduce_of_the_output(p: int) -> None:
 
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_megatron_forward_and_backward_cost_the_per_layer_mlp_figure(p: int) -> None:
-    compiled = compile_sharded(ffn_value_and_grads, mesh((p,), ("tp",)), ffn_args(T, H), MEGATRON)
+    compiled = _uncombined(ffn_value_and_grads, mesh((p,), ("tp",)), ffn_args(T, H), MEGATRON)
     found = _all_reduces(compiled)
     activations = [bytes_ for axes, shape, bytes_ in found if axes == ("tp",) and shape == (T, H)]
     assert len(activations) == 2, found  # after the row-parallel matmul, and for dL/dx
@@ -96,7 +101,7 @@ def test_megatron_forward_and_backward_cost_the_per_layer_mlp_figure(p: int) -> 
 @pytest.mark.parametrize("n", [2, 4])
 def test_data_parallel_gradients_all_reduce_the_parameters(n: int) -> None:
     specs = (P("dp"), P(), P())
-    compiled = compile_sharded(ffn_value_and_grads, mesh((n,), ("dp",)), ffn_args(T, H), specs)
+    compiled = _uncombined(ffn_value_and_grads, mesh((n,), ("dp",)), ffn_args(T, H), specs)
     found = _all_reduces(compiled)
     assert {axes for axes, _, _ in found} == {("dp",)}
     weights = [(shape, b) for _, shape, b in found if shape != ()]
@@ -122,7 +127,7 @@ def _two_d_expected(tp1: int, tp2: int) -> Counter:
 @pytest.mark.parametrize("tp1,tp2", [(2, 2), (2, 4)])
 def test_two_d_forward_all_reduces_over_tp2_then_tp1(tp1: int, tp2: int) -> None:
     the_mesh = mesh((tp1, tp2), ("tp1", "tp2"))
-    compiled = compile_sharded(ffn, the_mesh, ffn_args(T, H), TWO_D)
+    compiled = _uncombined(ffn, the_mesh, ffn_args(T, H), TWO_D)
     found = _all_reduces(compiled)
     assert Counter(found) == _two_d_expected(tp1, tp2)
     assert [axes for axes, _, _ in found] == [("tp2",), ("tp1",)]  # first matmul, then second
@@ -132,7 +137,7 @@ def test_two_d_forward_all_reduces_over_tp2_then_tp1(tp1: int, tp2: int) -> None
 @pytest.mark.parametrize("tp1,tp2", [(2, 2), (2, 4)])
 def test_two_d_backward_repeats_the_forward_all_reduces(tp1: int, tp2: int) -> None:
     the_mesh = mesh((tp1, tp2), ("tp1", "tp2"))
-    compiled = compile_sharded(ffn_value_and_grads, the_mesh, ffn_args(T, H), TWO_D)
+    compiled = _uncombined(ffn_value_and_grads, the_mesh, ffn_args(T, H), TWO_D)
     found = Counter(_all_reduces(compiled))
     # The loss sums an output split over tp2: one scalar AllReduce over tp2.
     loss = (("tp2",), (), all_reduce_bytes(tp2, F32))
@@ -146,7 +151,7 @@ def test_two_d_backward_repeats_the_forward_all_reduces(tp1: int, tp2: int) -> N
 @pytest.mark.parametrize("n", [2, 4])
 def test_all_gather_sends_the_missing_share_of_the_whole(n: int) -> None:
     x = jax.ShapeDtypeStruct((T, H), jnp.float32)
-    compiled = compile_sharded(jnp.tanh, mesh((n,), ("dp",)), (x,), (P("dp"),), P())
+    compiled = _uncombined(jnp.tanh, mesh((n,), ("dp",)), (x,), (P("dp"),), P())
     ((cost, op),) = collectives(compiled)
     assert (op.name, tuple(op.results[0].shape)) == ("all_gather", (T, H))
     assert cost.bytes_per_ipu == (n - 1) * T * H * F32 // n
@@ -194,7 +199,7 @@ def test_row_parallel_output_split_by_rows_is_reduce_scattered() -> None:
     x = rng.standard_normal((8, 64)).astype(np.float32)
     w = rng.standard_normal((64, 8)).astype(np.float32)
     specs = (P(None, "dp"), P("dp", None))
-    compiled = compile_sharded(_row_parallel, mesh((2,), ("dp",)), (x, w), specs, P("dp"))
+    compiled = _uncombined(_row_parallel, mesh((2,), ("dp",)), (x, w), specs, P("dp"))
     assert summary(compiled) == [("reduce_scatter", ("dp",), (8, 8))]
     assert compiled.cost_report().ipu_link_bytes == 2 * gather_bytes(2, 8 * 8 * F32)
     np.testing.assert_allclose(compiled(x, w), jax.jit(_row_parallel)(x, w), rtol=1e-5, atol=1e-5)
@@ -207,7 +212,7 @@ def test_a_contraction_split_gives_way_when_gathering_moves_less() -> None:
     x = rng.standard_normal((8, 2)).astype(np.float32)
     w = rng.standard_normal((2, 512)).astype(np.float32)
     specs = (P(None, "dp"), P("dp", None))
-    compiled = compile_sharded(_row_parallel, mesh((2,), ("dp",)), (x, w), specs, P(None, "dp"))
+    compiled = _uncombined(_row_parallel, mesh((2,), ("dp",)), (x, w), specs, P(None, "dp"))
     kinds = {kind for kind, _, _ in summary(compiled)}
     assert kinds == {"all_gather"}, summary(compiled)
     np.testing.assert_allclose(compiled(x, w), jax.jit(_row_parallel)(x, w), rtol=1e-5, atol=1e-5)
@@ -223,7 +228,7 @@ def test_a_sum_of_row_parallel_matmuls_is_one_all_reduce() -> None:
     args = [rng.standard_normal(s).astype(np.float32) for s in [(T, 4 * H), (4 * H, H)] * 2]
     specs = (P(None, "tp"), P("tp", None)) * 2
     fun = lambda x1, w1, x2, w2: x1 @ w1 - (-(x2 @ w2))  # noqa: E731
-    compiled = compile_sharded(fun, mesh((4,), ("tp",)), args, specs, P())
+    compiled = _uncombined(fun, mesh((4,), ("tp",)), args, specs, P())
     assert _all_reduces(compiled) == [(("tp",), (T, H), all_reduce_bytes(4, T * H * F32))]
     np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-5, atol=1e-5)
 
@@ -241,7 +246,7 @@ def test_an_embedding_gradient_scatters_each_replicas_tokens(dp: int) -> None:
     table = rng.standard_normal((32, H)).astype(np.float32)
     tokens = rng.integers(0, 32, (8, 6)).astype(np.int32)
     grad = jax.grad(_embedding_loss)
-    compiled = compile_sharded(grad, mesh((dp,), ("dp",)), (table, tokens), (P(), P("dp")), P())
+    compiled = _uncombined(grad, mesh((dp,), ("dp",)), (table, tokens), (P(), P("dp")), P())
     assert _all_reduces(compiled) == [(("dp",), (32, H), all_reduce_bytes(dp, 32 * H * F32))]
     np.testing.assert_allclose(compiled(table, tokens), jax.jit(grad)(table, tokens), rtol=1e-5)
 
@@ -255,6 +260,6 @@ def test_a_scatter_add_into_a_nonzero_operand_counts_it_once() -> None:
     updates = rng.standard_normal((12, H)).astype(np.float32)
     fun = lambda base, rows, updates: base.at[rows].add(updates)  # noqa: E731
     args = (base, rows, updates)
-    compiled = compile_sharded(fun, mesh((4,), ("dp",)), args, (P(), P("dp"), P("dp")), P())
+    compiled = _uncombined(fun, mesh((4,), ("dp",)), args, (P(), P("dp"), P("dp")), P())
     assert [op.name for op in collective_ops(compiled)] == ["all_reduce"]
     np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-5, atol=1e-6)
