@@ -200,7 +200,8 @@ class Lowered:
             check_memory=check_memory_fits,
             verify=_verify_requested(),
         )
-        built = build(self.graph, context_mesh(options.mesh), self._in_specs, self._out_specs, how)
+        mesh, _ = _in_context(options)
+        built = build(self.graph, mesh, self._in_specs, self._out_specs, how)
         _warn_forced_whole(built)
         return Compiled(self.graph, built, self._donate, options.devices)
 
@@ -291,24 +292,17 @@ class Jitted:
     @api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         dynamic, dyn_args, dyn_kwargs, _ = self._split(args, kwargs)
-        mesh = context_mesh(self._options.mesh)
-        options = dataclasses.replace(self._options, mesh=mesh)
+        mesh, traced_under = _in_context(self._options)
+        options = dataclasses.replace(self._options, mesh=mesh, traced_under=traced_under)
         # Under the mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces; under
         # a jax mesh's own, so does a `shard_map` over it.
-        with jax.sharding.use_abstract_mesh(self._tracing_mesh(mesh)), _shard_map_refused():
+        with jax.sharding.use_abstract_mesh(traced_under), _shard_map_refused():
             graph = eliminate_dead_code(lower(dynamic, *dyn_args, **dyn_kwargs))
         in_specs = input_specs(self._options.in_shardings, dyn_args, dyn_kwargs)
         out_specs = output_specs(self._options.out_shardings, graph.out_tree)
         user_shardings(graph, mesh.shape, in_specs, out_specs)
         donate = self._donated(dyn_args, len(args))
         return Lowered(graph, options, donate, in_specs, out_specs)
-
-    def _tracing_mesh(self, mesh: Mesh) -> AbstractMesh:
-        """The jax mesh the user gave or made current, else the ipujax mesh's abstract twin."""
-        given = self._options.traced_under
-        if given is None and self._options.mesh is None and active_mesh() is None:
-            given = _abstract_of(_current_jax_mesh())
-        return given or AbstractMesh(mesh.axis_shapes, mesh.axis_names)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The results' shapes and dtypes, as `jax.eval_shape` gives them."""
@@ -326,7 +320,7 @@ class Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         _, dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
         leaves, tree = jax.tree.flatten((dyn_args, dyn_kwargs))
-        mesh = context_mesh(self._options.mesh)
+        mesh, _ = _in_context(self._options)
         key = (static_key, tree, tuple(_leaf_key(x) for x in leaves), mesh)
         compiled = self._cache.get(key)
         if compiled is None:
@@ -359,22 +353,15 @@ def _name_parameters(dynamic: Any, fun: Callable[..., Any], positions: set, name
     dynamic.__signature__ = inspect.Signature(kept)
 
 
-def context_mesh(mesh: Mesh | None) -> Mesh:
-    """The mesh a call runs on: the one `jit` was given, else the innermost `with mesh:` block's,
-    else the one `jax.set_mesh` made current, else one IPU."""
-    if mesh is not None:
-        return mesh
-    active = active_mesh()
-    if active is not None:
-        return active
-    current = _current_jax_mesh()
-    return default_mesh() if current is None else as_mesh(current)
-
-
-def _current_jax_mesh() -> AbstractMesh | None:
-    """The mesh `jax.set_mesh` made current, if any."""
-    current = jax.sharding.get_abstract_mesh()
-    return None if current.empty else current
+def _in_context(options: _Options) -> tuple[Mesh, AbstractMesh]:
+    """The mesh a call runs on and the jax mesh it is traced under: the mesh `jit` was given,
+    else the innermost `with mesh:` block's, else the one `jax.set_mesh` made current (traced
+    under its Auto twin), else one IPU. An ipujax mesh is traced under its abstract twin."""
+    mesh = options.mesh or active_mesh()
+    if mesh is None and not (current := jax.sharding.get_abstract_mesh()).empty:
+        return as_mesh(current), _auto(current)
+    mesh = mesh or default_mesh()
+    return mesh, options.traced_under or AbstractMesh(mesh.axis_shapes, mesh.axis_names)
 
 
 def as_mesh(mesh: Any) -> Mesh:
@@ -405,13 +392,16 @@ def _shard_map_refused() -> Iterator[None]:
         raise UnsupportedOpError("shard_map", raised_at(error), SHARD_MAP_DETAIL) from None
 
 
-def _abstract_of(mesh: Any) -> AbstractMesh | None:
-    """A jax mesh's abstract mesh with every axis Auto: shardings stay out of the traced types
-    (the partitioner chooses them), and a `shard_map` over an Auto mesh finds it current."""
+def _jax_twin(mesh: Any) -> AbstractMesh | None:
+    """The abstract mesh to trace under when `jit` is given a jax mesh, else None."""
     if isinstance(mesh, jax.sharding.Mesh):
-        mesh = mesh.abstract_mesh
-    if not isinstance(mesh, AbstractMesh):
-        return None
+        return _auto(mesh.abstract_mesh)
+    return _auto(mesh) if isinstance(mesh, AbstractMesh) else None
+
+
+def _auto(mesh: AbstractMesh) -> AbstractMesh:
+    """A jax mesh with every axis Auto: shardings stay out of the traced types (the partitioner
+    chooses them), and a `shard_map` over an Auto mesh finds it current."""
     return mesh.update_axis_types(dict.fromkeys(mesh.axis_names, jax.sharding.AxisType.Auto))
 
 
@@ -451,7 +441,7 @@ def jit(
     Graphcore's CNN examples set; 0 keeps every all-reduce apart)."""
     options = _Options(
         mesh=None if mesh is None else as_mesh(mesh),
-        traced_under=_abstract_of(mesh),
+        traced_under=_jax_twin(mesh),
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         static_argnums=_as_tuple(static_argnums),

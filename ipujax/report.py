@@ -314,27 +314,30 @@ def build_report(built: Built) -> CostReport:
         # Every IPU runs the same per-IPU program (SPMD), so every IPU's tiles hold the same.
         tile_memory=np.repeat(tiles, mesh.ipus, axis=0),
         always_live=np.repeat(always, mesh.ipus, axis=0),
-        supersteps=_readable(cost.supersteps),
-        collectives=_readable(cost.collectives),
+        supersteps=_readable(cost.supersteps, ("source",)),
+        collectives=_readable(cost.collectives, ("source", "why")),
         phases=cost.phases,
-        top_tiles=_readable(fullest_tiles(memory, built.program, built.graph)),
+        top_tiles=_readable(fullest_tiles(memory, built.program, built.graph), ("tensors",)),
         memory_categories=_ipu_categories(memory, io),
     )
 
 
-def _readable(records: tuple[_R, ...]) -> tuple[_R, ...]:
-    """The records with the files in their text named as a person names them (`examples/gpt/
-    model.py:42`, not the absolute path jax recorded; `lowering.shorten_paths`): their source
-    lines, why each collective ran, where each large tensor came from. Shortened here, once, so
-    the tables, the trace, the HTML and the JSON all say the same, and the JSON round-trips
-    exactly."""
-    return tuple(_readable_record(r) for r in records)
+def _readable(records: tuple[_R, ...], fields: tuple[str, ...]) -> tuple[_R, ...]:
+    """The records with the files in their text `fields` named as a person names them
+    (`examples/gpt/model.py:42`, not the absolute path jax recorded; `lowering.shorten_paths`):
+    their source lines, why each collective ran, where each large tensor came from. Shortened
+    here, once, so the tables, the trace, the HTML and the JSON all say the same, and the JSON
+    round-trips exactly."""
+    return tuple(_readable_record(r, fields) for r in records)
 
 
-def _readable_record(record: Any) -> Any:
-    """`record` with its figures' text shortened; the record itself when it names no file."""
-    figures = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.compare}
-    changes = {name: short for name, value in figures.items() if (short := _short(value)) != value}
+def _readable_record(record: Any, fields: tuple[str, ...]) -> Any:
+    """`record` with its text shortened; the record itself when it names no file."""
+    changes = {}
+    for name in fields:
+        value = getattr(record, name)
+        if (short := _short(value)) != value:
+            changes[name] = short
     return dataclasses.replace(record, **changes) if changes else record
 
 

@@ -30,7 +30,7 @@ from lowering.evaluator import (
 )
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
-from lowering.ir import Graph, Op, Value, free_values, producers, walk
+from lowering.ir import Graph, Op, Value, free_values, op_reads, producers, walk
 from lowering.locations import SourceLoc, raised_at
 from lowering.loops import counted_trips, unroll_loops
 from lowering.mesh_rules import local_mesh_axes
@@ -85,6 +85,7 @@ __all__ = [
     "local_mesh_axes",
     "lower",
     "op_cost",
+    "op_reads",
     "producers",
     "raised_at",
     "restore_keys",

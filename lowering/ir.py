@@ -127,3 +127,14 @@ def free_values(graph: Graph) -> tuple[Value, ...]:
         if value not in defined:
             free[value] = None
     return tuple(free)
+
+
+def op_reads(op: Op) -> tuple[Value, ...]:
+    """What an op reads: its operands, then the values its regions capture from the program
+    around it (each once, operands not again)."""
+    captured: dict[Value, None] = {}
+    for region in op.regions:
+        for value in free_values(region):
+            if value not in op.operands:
+                captured[value] = None
+    return op.operands + tuple(captured)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from lowering import Graph, Op, Value, free_values
+from lowering import Graph, Op, Value, op_reads
 
 BUFFER_BYTES = 10 * 1024 * 1024  # D: Graphcore's CNN examples' max_cross_replica_sum_buffer_size
 
@@ -46,37 +46,34 @@ def _groups(graph: Graph, buffer_bytes: int) -> list[list[int]]:
     made by that group's point and the bytes fit, else opens one at its own place."""
     ready = _earliest(graph)
     open_groups: dict[_Key, list[int]] = {}
+    filled: dict[_Key, int] = {}  # the open group's bytes
     groups: list[list[int]] = []
     for i, op in enumerate(graph.ops):
         if op.name != "all_reduce":
             continue
-        key, group = _key(op), open_groups.get(_key(op))
-        fits = group is not None and _bytes(graph, [*group, i]) <= buffer_bytes
-        if group is not None and fits and ready[i] <= group[0]:
+        key, size = _key(op), sum(x.nbytes for x in op.operands)
+        group = open_groups.get(key)
+        if group is not None and filled[key] + size <= buffer_bytes and ready[i] <= group[0]:
             group.append(i)
+            filled[key] += size
             continue
-        open_groups[key] = [i]
+        open_groups[key], filled[key] = [i], size
         groups.append(open_groups[key])
     return [g for g in groups if len(g) > 1]
 
 
-def _earliest(graph: Graph) -> dict[int, int]:
+def _earliest(graph: Graph) -> list[int]:
     """For each op, the first place it could run: just after the last op making its reads."""
     made: dict[Value, int] = {}
-    earliest: dict[int, int] = {}
+    earliest: list[int] = []
     for i, op in enumerate(graph.ops):
-        reads = (*op.operands, *(v for region in op.regions for v in free_values(region)))
-        earliest[i] = max((made[v] + 1 for v in reads if v in made), default=0)
+        earliest.append(max((made[v] + 1 for v in op_reads(op) if v in made), default=0))
         made.update(dict.fromkeys(op.results, i))
     return earliest
 
 
 def _key(op: Op) -> _Key:
     return (tuple(op.attrs["axes"]), op.attrs["group_size"], op.attrs.get("reduction", "sum"))
-
-
-def _bytes(graph: Graph, group: list[int]) -> int:
-    return sum(x.nbytes for i in group for x in graph.ops[i].operands)
 
 
 def _combined(group: list[Op]) -> Op:

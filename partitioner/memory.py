@@ -13,7 +13,7 @@ bytes, the largest tensors there and the remedies.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -237,19 +237,12 @@ def tile_memory(
     for s in found:
         if s.always_live:
             always[s.layout.start : s.layout.stop] += s.bytes_per_tile
-    starts, ends = _events(found, len(program.tasks))
     code = code_memory(program, target)
     extra = always + code.total
-    live = np.zeros(tiles, np.int64)
     peak = np.zeros(tiles, np.int64)
     peak_task = np.zeros(tiles, np.int64)
     phase_peaks: list[int] = []
-    for index, task in enumerate(program.tasks):
-        for item in starts.get(index, ()):
-            _apply(live, item, +1)
-        now = live.copy()
-        for temp in task.temporaries:
-            now[temp.start : temp.start + temp.tiles] += temp.bytes_per_tile
+    for index, now in _live_by_task(program, found, tiles):
         higher = now > peak
         peak = np.where(higher, now, peak)
         peak_task = np.where(higher, index, peak_task)
@@ -258,8 +251,6 @@ def tile_memory(
             if len(phase_peaks) <= phase:
                 phase_peaks.append(0)
             phase_peaks[phase] = max(phase_peaks[phase], int((now + extra).max()))
-        for item in ends.get(index, ()):
-            _apply(live, item, -1)
     return TileMemory(
         always_live=always,
         not_always_live=peak,
@@ -270,13 +261,34 @@ def tile_memory(
     )
 
 
+def _live_by_task(
+    program: Program, found: tuple[Storage, ...], tiles: int
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Each task's index and the bytes per tile live while it runs: the not-always-live
+    storages whose spans hold it, and its temporaries."""
+    starts, ends = _events(found, len(program.tasks))
+    live = np.zeros(tiles, np.int64)
+    for index, task in enumerate(program.tasks):
+        for item in starts.get(index, ()):
+            _apply(live, item, +1)
+        now = live.copy()
+        for temp in task.temporaries:
+            now[temp.start : temp.start + temp.tiles] += temp.bytes_per_tile
+        yield index, now
+        for item in ends.get(index, ()):
+            _apply(live, item, -1)
+
+
 def region_bytes(program: Program, target: Target) -> np.ndarray:
     """Per tile, the peak bytes a region's own tensors and temporaries hold while it runs: all
     but its inputs and the values it captures, which the program around it holds."""
-    memory = tile_memory(program, target)
+    tiles = target.tiles_per_ipu
+    found = storages(program)
+    own = np.zeros(tiles, np.int64)
+    for _, now in _live_by_task(program, found, tiles):
+        np.maximum(own, now, out=own)
     inputs = set(program.inputs)
-    own = memory.not_always_live.copy()
-    for s in memory.storages:
+    for s in found:
         if s.always_live and s.value not in inputs:
             own[s.layout.start : s.layout.stop] += s.bytes_per_tile
     return own

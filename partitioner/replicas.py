@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lowering import COLLECTIVES, SHARD_OPS, Graph, Op, Value, free_values
+from lowering import COLLECTIVES, SHARD_OPS, Graph, Value, op_reads
 from partitioner.errors import ConfigError
 from partitioner.sharding import Sharding
 
@@ -60,7 +60,7 @@ def varying_axes(graph: Graph, input_shardings: Sequence[Sharding]) -> dict[Valu
         v: frozenset(s.axes) for v, s in zip(graph.inputs, input_shardings, strict=True)
     }
     for op in graph.ops:
-        reads = [*op.operands, *_captured(op)]
+        reads = op_reads(op)
         inherited = frozenset().union(*(varying.get(v, frozenset()) for v in reads))
         axes = frozenset(op.attrs.get("axes", ())) if op.name in COLLECTIVES | SHARD_OPS else None
         if axes is not None and op.name in _JOINING:
@@ -69,10 +69,6 @@ def varying_axes(graph: Graph, input_shardings: Sequence[Sharding]) -> dict[Valu
             inherited |= axes
         varying.update(dict.fromkeys(op.results, inherited))
     return varying
-
-
-def _captured(op: Op) -> list[Value]:
-    return [v for region in op.regions for v in free_values(region)]
 
 
 def replicated_over(

@@ -11,23 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lowering import Graph, Op, Value, free_values, producers
+from lowering import Graph, Op, Value, op_reads, producers
 from partitioner.context import MappingContext
 from partitioner.cost.links import LinkModel
 from partitioner.layout import Layout
 from partitioner.program import Program, Task
 from partitioner.target import Target
 from partitioner.tile_rules import OPERAND_LAYOUTS, TILE_RULES
-
-
-def _reads(op: Op) -> tuple[Value, ...]:
-    """An op's operands, then the values its regions capture from the program around it."""
-    captured: dict[Value, None] = {}
-    for region in op.regions:
-        for value in free_values(region):
-            if value not in op.operands:
-                captured[value] = None
-    return op.operands + tuple(captured)
 
 
 def _create_for(
@@ -51,7 +41,7 @@ def schedule(
     link model, collectives are costed over IPU-Links. A region is scheduled with its inputs and
     the values it captures `given` in the layouts they already have, `made` by the ops around."""
     given = given or {}
-    reads = [_reads(op) for op in graph.ops]
+    reads = [op_reads(op) for op in graph.ops]
     ctx = MappingContext(target, links=links, producers={**(made or {}), **producers(graph)})
     ctx.region_scheduler = lambda region, inner: schedule(
         region, target, links, inner, ctx.producers

@@ -17,16 +17,18 @@ the tiles never changes its value (see `tile_rules`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import numpy as np
 
-from lowering import Graph, Op, Value, apply_rule, counted_trips, free_values
+from lowering import Graph, Op, Value, counted_trips
 from partitioner.context import MappingContext
 from partitioner.layout import Layout, tile_bytes
 from partitioner.memory import region_bytes
-from partitioner.program import Kernel, Program, Superstep, Task, TileBytes
-from partitioner.tile_rules.common import Array, make_step
+from partitioner.program import Program, Superstep, Task, TileBytes
+from partitioner.tile_rules.common import make_step
+from partitioner.tile_rules.whole import whole_kernel
 
 
 def while_tile_rule(
@@ -39,7 +41,7 @@ def while_tile_rule(
     back = tuple(
         _carry_back(op, value, layout, ctx)
         for value, layout in zip(body_graph.outputs, carried, strict=True)
-        if value in body.layouts and body.layouts[value] != layout
+        if body.layouts[value] != layout
     )
     trips = counted_trips(op, ctx.producers)
     if trips is None:  # one trip, its condition tested on the tiles
@@ -47,7 +49,7 @@ def while_tile_rule(
     else:
         steps = (body.supersteps + back) * trips
     held = _most([cond, body], ctx)
-    kernel = _kernel(op, inputs)
+    kernel = whole_kernel(op, inputs)
     return Task(op, inputs, layouts, carried, kernel, steps, held, regions=(cond, body))
 
 
@@ -56,21 +58,11 @@ def case_tile_rule(
 ) -> Task:
     branches = [_region_program(r, inputs, layouts, (), ctx) for r in op.regions]
     dearest = max(branches, key=lambda b: sum(s.cycles for s in b.supersteps))
-    results = tuple(dearest.layouts.get(v) or ctx.linear(v) for v in dearest.outputs)
-    results = tuple(
-        layout if layout.shape == value.shape else ctx.linear(value)
-        for layout, value in zip(results, op.results, strict=True)
-    )
+    results = tuple(dearest.layouts[v] for v in dearest.outputs)
     held = _most(branches, ctx)
+    kernel = whole_kernel(op, inputs)
     return Task(
-        op,
-        inputs,
-        layouts,
-        results,
-        _kernel(op, inputs),
-        dearest.supersteps,
-        held,
-        regions=tuple(branches),
+        op, inputs, layouts, results, kernel, dearest.supersteps, held, regions=tuple(branches)
     )
 
 
@@ -82,11 +74,9 @@ def _region_program(
     ctx: MappingContext,
 ) -> Program:
     """A region scheduled on the tiles: its inputs in the carried layouts, the values it captures
-    where the program around it put them."""
+    (among the op's `inputs`, as the scheduler reads them) where the program around it put them."""
     given = dict(zip(inputs, layouts, strict=True))
     given.update(zip(region.inputs, carried, strict=True))
-    for value in free_values(region):
-        given.setdefault(value, ctx.linear(value))
     return ctx.schedule_region(region, given)
 
 
@@ -115,23 +105,7 @@ def _most(branches: list[Program], ctx: MappingContext) -> tuple[TileBytes, ...]
 
 def _runs(per_tile: np.ndarray) -> Iterator[TileBytes]:
     """Per-tile bytes as runs of equal bytes on consecutive tiles."""
-    tile = 0
-    while tile < len(per_tile):
-        end = tile
-        while end + 1 < len(per_tile) and per_tile[end + 1] == per_tile[tile]:
-            end += 1
-        if per_tile[tile]:
-            yield TileBytes(tile, end - tile + 1, int(per_tile[tile]), "region")
-        tile = end + 1
-
-
-def _kernel(op: Op, inputs: tuple[Value, ...]) -> Kernel:
-    """The op on logical arrays: its operands, then the values its regions capture."""
-    count = len(op.operands)
-    captured = inputs[count:]
-
-    def kernel(*arrays: Array) -> tuple[Array, ...]:
-        env = dict(zip(captured, arrays[count:], strict=True))
-        return tuple(apply_rule(op, list(arrays[:count]), op.attrs, env))
-
-    return kernel
+    edges = [0, *(np.flatnonzero(np.diff(per_tile)) + 1), len(per_tile)]
+    for start, stop in itertools.pairwise(edges):
+        if per_tile[start]:
+            yield TileBytes(int(start), int(stop - start), int(per_tile[start]), "region")

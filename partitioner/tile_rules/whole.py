@@ -7,7 +7,7 @@ from __future__ import annotations
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.context import MappingContext
 from partitioner.layout import Layout, tile_bytes
-from partitioner.program import Task
+from partitioner.program import Kernel, Task
 from partitioner.tile_rules.common import Array, make_step, received_bytes, tile_share
 from partitioner.tile_rules.movement import whole_work
 
@@ -16,6 +16,13 @@ def whole_tensor_tile_rule(
     op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
 ) -> Task:
     outs = tuple(ctx.linear(r) for r in op.results)
+    return Task(
+        op, inputs, layouts, outs, whole_kernel(op, inputs), _whole_tensor_steps(op, outs, ctx)
+    )
+
+
+def whole_kernel(op: Op, inputs: tuple[Value, ...]) -> Kernel:
+    """The op itself on logical arrays: its operands, then the values its regions capture."""
     count = len(op.operands)
     captured = inputs[count:]
 
@@ -23,7 +30,7 @@ def whole_tensor_tile_rule(
         env = dict(zip(captured, arrays[count:], strict=True))
         return tuple(apply_rule(op, list(arrays[:count]), op.attrs, env))
 
-    return Task(op, inputs, layouts, outs, kernel, _whole_tensor_steps(op, outs, ctx))
+    return kernel
 
 
 def _whole_tensor_steps(op: Op, outs: tuple[Layout, ...], ctx: MappingContext) -> tuple:
