@@ -23,9 +23,16 @@ from ipujax.errors import (
     UnsupportedOpError,
     VerifyError,
 )
-from ipujax.report import CollectiveCost, CostReport, PhaseCost, SuperstepCost, TileUsage
+from ipujax.report import (
+    CollectiveCost,
+    CostReport,
+    PhaseCost,
+    StageCost,
+    SuperstepCost,
+    TileUsage,
+)
 from lowering import Graph, evaluate, lower
-from partitioner import SYSTEMS, Mesh, System, Target, make_mesh
+from partitioner import SYSTEMS, Mesh, Pipeline, System, Target, make_mesh
 
 __all__ = [
     "SYSTEMS",
@@ -41,9 +48,11 @@ __all__ = [
     "Mesh",
     "OutOfMemoryError",
     "PhaseCost",
+    "Pipeline",
     "ReplicationWarning",
     "ReportError",
     "ShardingError",
+    "StageCost",
     "SuperstepCost",
     "System",
     "Target",

@@ -50,6 +50,7 @@ from partitioner import (
     ConfigError,
     Mesh,
     Options,
+    Pipeline,
     Task,
     active_mesh,
     build,
@@ -58,6 +59,7 @@ from partitioner import (
     format_program,
     make_mesh,
     user_shardings,
+    without_axis,
 )
 
 VERIFY_ENV = "IPUJAX_VERIFY"
@@ -81,6 +83,7 @@ class _Options:
     devices: tuple[jax.Device, ...] | None = None
     replica_axes: tuple[str, ...] | None = None
     collective_buffer_bytes: int = BUFFER_BYTES
+    pipeline: Pipeline | None = None
     traced_under: AbstractMesh | None = None  # a jax mesh's own abstract mesh, when given one
 
 
@@ -93,6 +96,7 @@ class Compiled:
         built: Built,
         donate: Sequence[int] = (),
         devices: Sequence[jax.Device] | None = None,
+        runs: Callable[[], Built] | None = None,
     ) -> None:
         self.graph = graph
         self.built = built
@@ -100,22 +104,36 @@ class Compiled:
         self.memory = built.memory
         self.mesh = built.mesh
         self.partitioned = built.partitioned
-        self.run, self._devices = make_runner(built, donate, devices)
         self._report = build_report(built)
+        # A pipelined step is costed as its micro-batch's program but runs the whole batch on
+        # one stage's mesh (pipelining never changes a value); that program is built on the
+        # first call, so costing one never builds it.
+        self._runs = runs
+        self._donate, self._device_pool = tuple(donate), devices
+        if runs is None:
+            self.run, self._devices = make_runner(built, donate, devices)
+
+    def _runner(self) -> Any:
+        if self._runs is not None:
+            self.run, self._devices = make_runner(self._runs(), self._donate, self._device_pool)
+            self._runs = None
+        return self.run
 
     @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Spread over devices, the runner places host data on them itself (see runtime).
-        host = self.run.shardings is not None
+        run = self._runner()
+        host = run.shardings is not None
         with jax.enable_x64(True):
             flat = flatten_args(self.graph, args, kwargs, host)
-        outputs = restore_keys(self.graph, list(self.run(*flat)))
+        outputs = restore_keys(self.graph, list(run(*flat)))
         return jax.tree.unflatten(self.graph.out_tree, outputs)
 
     @property
     def devices(self) -> tuple[jax.Device, ...]:
         """The real jax devices the program runs on: the mesh's IPUs are spread over several
         when several are visible and a mesh axis divides among them, else one device."""
+        self._runner()
         return self._devices
 
     def cost_report(self) -> CostReport:
@@ -180,12 +198,14 @@ class Lowered:
         donate: Sequence[int],
         in_specs: Sequence[PartitionSpec | None] = (),
         out_specs: Sequence[PartitionSpec | None] = (),
+        micro: tuple[Graph, tuple[int, ...]] | None = None,
     ) -> None:
         self.graph = graph
         self._options = options
         self._donate = tuple(donate)
         self._in_specs = tuple(in_specs)
         self._out_specs = tuple(out_specs)
+        self._micro = micro  # pipelined: one micro-batch's program and its batch inputs
 
     def as_text(self) -> str:
         return str(self.graph)
@@ -201,9 +221,25 @@ class Lowered:
             verify=_verify_requested(),
         )
         mesh, _ = _in_context(options)
-        built = build(self.graph, mesh, self._in_specs, self._out_specs, how)
+        if self._micro is None:
+            built = build(self.graph, mesh, self._in_specs, self._out_specs, how)
+            _warn_forced_whole(built)
+            return Compiled(self.graph, built, self._donate, options.devices)
+        micro, batch = self._micro
+        assert options.pipeline is not None  # a micro-batch program is traced only for one
+        costed = dataclasses.replace(how, pipeline=options.pipeline, batch_inputs=batch)
+        built = build(micro, mesh, self._in_specs, self._out_specs, costed)
         _warn_forced_whole(built)
-        return Compiled(self.graph, built, self._donate, options.devices)
+        stage_mesh = without_axis(mesh, options.pipeline.axis)
+        runs = functools.partial(
+            build,
+            self.graph,
+            stage_mesh,
+            self._in_specs,
+            self._out_specs,
+            dataclasses.replace(how, check_memory=False),
+        )
+        return Compiled(self.graph, built, self._donate, options.devices, runs)
 
 
 def _warn_forced_whole(built: Built) -> None:
@@ -300,9 +336,52 @@ class Jitted:
             graph = eliminate_dead_code(lower(dynamic, *dyn_args, **dyn_kwargs))
         in_specs = input_specs(self._options.in_shardings, dyn_args, dyn_kwargs)
         out_specs = output_specs(self._options.out_shardings, graph.out_tree)
-        user_shardings(graph, mesh.shape, in_specs, out_specs)
+        micro = None
+        if options.pipeline is not None:
+            shape_mesh = without_axis(mesh, options.pipeline.axis).shape
+            user_shardings(graph, shape_mesh, in_specs, out_specs)
+            micro = self._micro_batch(dynamic, args, dyn_args, dyn_kwargs, traced_under)
+        else:
+            user_shardings(graph, mesh.shape, in_specs, out_specs)
         donate = self._donated(dyn_args, len(args))
-        return Lowered(graph, options, donate, in_specs, out_specs)
+        return Lowered(graph, options, donate, in_specs, out_specs, micro)
+
+    def _micro_batch(
+        self,
+        dynamic: Callable[..., Any],
+        args: tuple,
+        dyn_args: tuple,
+        dyn_kwargs: dict,
+        traced_under: AbstractMesh,
+    ) -> tuple[Graph, tuple[int, ...]]:
+        """One micro-batch's program: the batch arguments' leading dimension divided by the
+        pipeline's micro-batches; and the flat inputs that carry the batch."""
+        pipeline = self._options.pipeline
+        assert pipeline is not None
+        positions, _ = self._static(len(args))
+        dynamic_positions = [i for i in range(len(args)) if i not in positions]
+        wanted = pipeline.batch_argnums
+        if wanted is None:
+            wanted = (dynamic_positions[-1],) if dynamic_positions else ()
+        wanted = tuple(i % len(args) for i in wanted if -len(args) <= i < len(args))
+        batch: list[int] = []
+        micro_args = []
+        offset = 0
+        for position, arg in zip(dynamic_positions, dyn_args, strict=True):
+            leaves, tree = jax.tree.flatten(arg)
+            if position in wanted:
+                batch.extend(range(offset, offset + len(leaves)))
+                leaves = [_split_batch(x, pipeline.microbatches, position) for x in leaves]
+            micro_args.append(jax.tree.unflatten(tree, leaves))
+            offset += len(leaves)
+        if not batch:
+            raise ConfigError(
+                f"Pipeline(batch_argnums={pipeline.batch_argnums}) names no argument of the "
+                f"{len(args)} given; say which positional arguments carry the batch"
+            )
+        with jax.sharding.use_abstract_mesh(traced_under), _shard_map_refused():
+            micro = eliminate_dead_code(lower(dynamic, *micro_args, **dyn_kwargs))
+        return micro, tuple(batch)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The results' shapes and dtypes, as `jax.eval_shape` gives them."""
@@ -405,6 +484,28 @@ def _auto(mesh: AbstractMesh) -> AbstractMesh:
     return mesh.update_axis_types(dict.fromkeys(mesh.axis_names, jax.sharding.AxisType.Auto))
 
 
+def _split_batch(leaf: Any, microbatches: int, position: int) -> jax.ShapeDtypeStruct:
+    """A batch leaf's micro-batch: its leading dimension divided by the micro-batches."""
+    shape = tuple(np.shape(leaf))
+    if not shape or shape[0] % microbatches:
+        rows = shape[0] if shape else "no"
+        raise ConfigError(
+            f"Pipeline(microbatches={microbatches}): argument {position} has {rows} rows in its "
+            f"leading (batch) dimension, shape {shape}, which do not split into "
+            f"{microbatches} micro-batches; give a batch that is a multiple of {microbatches}"
+        )
+    dtype = getattr(leaf, "dtype", None) or np.asarray(leaf).dtype
+    return jax.ShapeDtypeStruct((shape[0] // microbatches, *shape[1:]), dtype)
+
+
+def _checked_pipeline(pipeline: Any) -> Pipeline | None:
+    if pipeline is None or isinstance(pipeline, Pipeline):
+        return pipeline
+    raise ConfigError(
+        f"pipeline={pipeline!r}: give an ipujax.Pipeline(axis=..., stages=..., microbatches=...)"
+    )
+
+
 def _as_tuple(value: int | str | Sequence[Any] | None) -> tuple:
     if value is None:
         return ()
@@ -426,6 +527,7 @@ def jit(
     devices: Sequence[jax.Device] | None = None,
     replica_axes: str | Sequence[str] | None = None,
     collective_buffer_bytes: int = BUFFER_BYTES,
+    pipeline: Pipeline | None = None,
 ) -> Any:
     """Compiles `fun` for a virtual IPU system; use like `jax.jit`, with or without arguments.
 
@@ -451,6 +553,7 @@ def jit(
         devices=None if devices is None else tuple(devices),
         replica_axes=None if replica_axes is None else _as_tuple(replica_axes),
         collective_buffer_bytes=collective_buffer_bytes,
+        pipeline=_checked_pipeline(pipeline),
     )
     if fun is None:
         return lambda f: Jitted(f, options)

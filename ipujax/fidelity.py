@@ -216,6 +216,42 @@ def _resnet50_pod16() -> tuple[float, str]:
     return rate, derivation
 
 
+BERT_MICRO_BATCH = 8  # pretrain_large_128: micro_batch_size
+
+
+def _bert_large(replicas: int, microbatches: int) -> Callable[[], tuple[float, str]]:
+    """BERT-Large pretraining phase 1 pipelined as Graphcore ran it: 4 IPUs per replica (the
+    24 layers in 4 stages by the cost of their blocks), micro-batches of 8 sequences of 128
+    tokens, `microbatches` of them accumulated per update, recomputation, fp16, LAMB with its
+    state off chip. Sequences per second = the step's sequences / the step's seconds."""
+
+    def figure() -> tuple[float, str]:
+        workloads = _example("bert/workloads.py")
+        axes = (workloads.DATA_AXIS, workloads.PIPELINE_AXIS)
+        mesh = make_mesh((replicas, 4), axes, target=Target.bow())
+        fun, args, kwargs = workloads.bert_large(mesh, microbatches=microbatches)
+        compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
+        report = compiled.cost_report()
+        sequences = BERT_MICRO_BATCH * replicas * microbatches
+        rate = sequences / report.seconds
+        stages = "; ".join(
+            f"stage {s.stage} ({len(s.blocks)} blocks) {s.forward_cycles / 1e6:.2f} M forward + "
+            f"{s.backward_cycles / 1e6:.2f} M backward cycles, peak tile {s.peak_tile_bytes:,} B"
+            for s in report.stages
+        )
+        update = max(s.update_cycles for s in report.stages)
+        derivation = (
+            f"{stages}; {len(report.pipeline_cycles):,} pipeline cycles "
+            f"(bubble {100 * report.bubble_fraction:.1f}%), update {update / 1e6:.1f} M cycles; "
+            f"{sequences:,} sequences / {report.seconds:.2f} s = {rate:,.0f} sequences/s; fits: "
+            f"{'yes' if report.fits else 'no'}. `ipujax cost-report "
+            f"examples/bert/workloads.py:bert_large --mesh dp={replicas},pp=4` shows it."
+        )
+        return rate, derivation
+
+    return figure
+
+
 _TESSELLATE = (
     "graphcore-research/tessellate-ipu, notebooks/IPU Peak Flops.ipynb: one "
     "ConvPartial1x1Out vertex per tile on a Bow, cycles = 2 N 256 x 1,472 x 1.85 GHz / TFLOPS"
@@ -280,6 +316,29 @@ FIGURES: tuple[Figure, ...] = (
         "per replica, 16 replicas, batch norm, 16.16, gradient accumulation 57, 8-bit IO",
         _resnet50_pod16,
         "57 micro-batch steps and one gradient AllReduce, data parallel on 16 IPUs",
+        band=(0.5, 1.5),
+    ),
+    Figure(
+        "BERT-Large pretraining phase 1 (seq 128), Bow Pod16, 4 replicas x 4 pipeline stages",
+        5179,
+        "sequences/s",
+        "graphcore.ai performance results (pre-SDK 2.5 table, as mirrored at "
+        "graphcore.cn/performance-results): BERT Large Ph1 Pre-Training, Bow Pod16, PopART, "
+        "16.16, global batch 65,536, 5,179 sequences/s; the configuration is graphcore/examples "
+        "popart bert configs/mk2/pretrain_large_128.json: micro-batch 8, 4 replicas, 4 IPUs per "
+        "replica, gradient accumulation 2,048, LAMB, optimizer state off chip, recomputation",
+        _bert_large(4, 2048),
+        "a micro-batch's program in 4 stages, pipelined over 2,048 micro-batches",
+        band=(0.5, 1.5),
+    ),
+    Figure(
+        "BERT-Large pretraining phase 1 (seq 128), Bow Pod64, 16 replicas x 4 pipeline stages",
+        19353,
+        "sequences/s",
+        "the same table: Bow Pod64, PopART, 19,353 sequences/s; graphcore/examples "
+        "pretrain_large_128_POD64: 16 replicas, gradient accumulation 512",
+        _bert_large(16, 512),
+        "a micro-batch's program in 4 stages, pipelined over 512 micro-batches",
         band=(0.5, 1.5),
     ),
 )
@@ -353,6 +412,8 @@ _FOOTER = """
   Pod16 (graphcore.ai performance results, TensorFlow, pre-SDK 2.5). ipujax's model of the
   configuration above is not tuned to them; against them it reads low (see the ResNet-50 row's
   derivation: compute, exchange and host IO are charged with nothing overlapped).
-- BERT-Large and GPT throughput on Pods: need the pipelined schedule and plan search
-  (issue 21).
+- Graphcore's packed BERT-Large figures (PopART 6,044 and PyTorch 5,592 sequences/s on a Bow
+  Pod16, 22,759 and 18,494 on a Bow Pod64, SDK 3.1) count the sequences in packs of up to 3 per
+  128 tokens (packing factor about 1.17); the rows above are the unpacked runs.
+- GPT throughput on Pods: needs the plan search (issue 21).
 """

@@ -24,6 +24,7 @@ from partitioner import (
     Built,
     CollectiveCost,
     PhaseCost,
+    StageCost,
     Superstep,
     TileMemory,
     TileUsage,
@@ -32,9 +33,9 @@ from partitioner import (
 )
 
 SCHEMA = "ipujax.cost_report"
-VERSION = 3  # 2: phases record their loads, stores and kept bytes; host bytes. 3: memory by
-# PopVision category, per IPU and on each of the fullest tiles
-READABLE = (1, 2, 3)  # older reports read with the fields they lack at their defaults
+VERSION = 4  # 2: phases record their loads, stores and kept bytes; host bytes. 3: memory by
+# PopVision category, per IPU and on each of the fullest tiles. 4: pipeline stages and cycles
+READABLE = (1, 2, 3, 4)  # older reports read with the fields they lack at their defaults
 
 
 _R = TypeVar("_R")  # a record: SuperstepCost, CollectiveCost, TileUsage
@@ -49,10 +50,11 @@ _RECORDS = {
     "collectives": CollectiveCost,
     "phases": PhaseCost,
     "top_tiles": TileUsage,
+    "stages": StageCost,
 }
 _ARRAYS = ("tile_memory", "always_live")
 # Fields older reports lack, read as their defaults (and `TileUsage.categories` as empty).
-_LATER = ("host_bytes", "memory_categories")
+_LATER = ("host_bytes", "memory_categories", "stages", "microbatches", "pipeline_cycles")
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +85,11 @@ class CostReport:
     # (category, bytes) over all tiles of one IPU, every IPU alike; the not-always-live
     # variables summed at each tile's own peak (version 3; `MEMORY_CATEGORIES` names them)
     memory_categories: tuple[tuple[str, int], ...] = ()
+    # Pipelined (version 4): each stage on its IPUs, the micro-batches, and every pipeline
+    # cycle's duration (the stages' slowest work, sends and sync); the update follows them
+    stages: tuple[StageCost, ...] = ()
+    microbatches: int = 0
+    pipeline_cycles: tuple[int, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -95,6 +102,13 @@ class CostReport:
     @property
     def fits(self) -> bool:
         return self.peak_tile_bytes <= self.bytes_per_tile
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Pipelined: the share of the stages' pipeline time they spend idle; else 0."""
+        span = len(self.stages) * sum(self.pipeline_cycles)
+        busy = sum(self.microbatches * (s.forward_cycles + s.backward_cycles) for s in self.stages)
+        return 1.0 - busy / span if span else 0.0
 
     @property
     def fullest_tile_categories(self) -> tuple[tuple[str, int], ...]:
@@ -146,10 +160,30 @@ class CostReport:
             f"streaming {self.streaming_bytes:,} bytes; host {self.host_bytes:,} bytes "
             "(all IPUs)",
             f"supersteps      {len(self.supersteps)}",
+            *self._pipeline_lines(),
         ]
         lines += ["", "cycles by op:"]
         lines += [f"  {cycles:>14,}  {op}" for op, cycles in self.cycles_by_op()[:10]]
         return "\n".join(lines)
+
+    def _pipeline_lines(self) -> list[str]:
+        """Pipelined: the stages, micro-batches and bubble, and each stage's figures."""
+        if not self.stages:
+            return []
+        sends = sum(s.send_bytes + s.return_bytes for s in self.stages)
+        lines = [
+            f"pipeline        {len(self.stages)} stages x {self.microbatches:,} micro-batches in "
+            f"{len(self.pipeline_cycles):,} pipeline cycles; bubble "
+            f"{100 * self.bubble_fraction:.1f}%; {sends:,} bytes between stages per micro-batch",
+        ]
+        for s in self.stages:
+            lines.append(
+                f"  stage {s.stage}  {'+'.join(s.blocks)}: forward {s.forward_cycles:,}, "
+                f"backward {s.backward_cycles:,} cycles per micro-batch; update "
+                f"{s.update_cycles:,}; {s.in_flight} in flight; peak tile "
+                f"{s.peak_tile_bytes:,} B"
+            )
+        return lines
 
     def _category_lines(self) -> list[str]:
         """The fullest tile's bytes by category, when the report has them."""
@@ -208,6 +242,7 @@ class CostReport:
             for name, record in _RECORDS.items():
                 values[name] = tuple(_record(record, r) for r in values[name])
             values["memory_categories"] = _categories(values["memory_categories"])
+            values["pipeline_cycles"] = tuple(int(c) for c in values["pipeline_cycles"])
         except (TypeError, ValueError) as error:
             raise ReportError(f"the cost report has a malformed field: {error}") from None
         return cls(**values)
@@ -232,6 +267,7 @@ _SCALARS: dict[str, tuple[type, ...]] = {
     "ipu_link_bytes": (int,),
     "streaming_bytes": (int,),
     "host_bytes": (int,),
+    "microbatches": (int,),
 }
 
 
@@ -297,6 +333,14 @@ def build_report(built: Built) -> CostReport:
     io = io_tile_bytes(built.streams, target.phase_io_tiles if built.plan is not None else 0)
     tiles = np.concatenate([memory.total, io]).reshape(1, -1).astype(np.int64)
     always = np.concatenate([memory.always_live, 0 * io]).reshape(1, -1).astype(np.int64)
+    per_ipu = np.repeat(tiles, mesh.ipus, axis=0)
+    always_per_ipu = np.repeat(always, mesh.ipus, axis=0)
+    pipeline = built.pipeline
+    if pipeline is not None:
+        # Each IPU holds its own stage's tensors: its row is its stage's memory.
+        stage = _stage_of_ipu(built)
+        per_ipu = np.stack([m.total for m in built.stage_memories])[stage].astype(np.int64)
+        always_per_ipu = np.stack([m.always_live for m in built.stage_memories])[stage]
     return CostReport(
         target=target.name,
         system=mesh.system.name if mesh.ipus > 1 else "single IPU",
@@ -311,15 +355,29 @@ def build_report(built: Built) -> CostReport:
         ipu_link_bytes=cost.link_bytes * mesh.ipus,
         streaming_bytes=cost.streaming_bytes * mesh.ipus,
         host_bytes=cost.host_bytes * mesh.ipus,
-        # Every IPU runs the same per-IPU program (SPMD), so every IPU's tiles hold the same.
-        tile_memory=np.repeat(tiles, mesh.ipus, axis=0),
-        always_live=np.repeat(always, mesh.ipus, axis=0),
+        # Every IPU runs the same per-IPU program (SPMD), so every IPU's tiles hold the same;
+        # pipelined, every IPU of a stage.
+        tile_memory=per_ipu,
+        always_live=always_per_ipu.astype(np.int64),
         supersteps=_readable(cost.supersteps, ("source",)),
         collectives=_readable(cost.collectives, ("source", "why")),
         phases=cost.phases,
         top_tiles=_readable(fullest_tiles(memory, built.program, built.graph), ("tensors",)),
         memory_categories=_ipu_categories(memory, io),
+        stages=() if pipeline is None else pipeline.stages,
+        microbatches=0 if pipeline is None else pipeline.microbatches,
+        pipeline_cycles=() if pipeline is None else pipeline.cycles,
     )
+
+
+def _stage_of_ipu(built: Built) -> np.ndarray:
+    """Each IPU's stage: its coordinate along the pipeline axis (IPUs in row-major mesh
+    order, as a `jax.sharding.Mesh` lays out its devices)."""
+    mesh = built.mesh
+    assert built.pipeline is not None
+    axis = mesh.axis_names.index(built.pipeline.axis)
+    coords = np.unravel_index(np.arange(mesh.ipus), mesh.axis_shapes)
+    return np.asarray(coords[axis])
 
 
 def _readable(records: tuple[_R, ...], fields: tuple[str, ...]) -> tuple[_R, ...]:

@@ -17,6 +17,8 @@ from partitioner.code_memory import CATEGORIES as MEMORY_CATEGORIES
 from partitioner.code_memory import OP_VERTEX_KINDS, POPVISION_NAMES
 from partitioner.combine import BUFFER_BYTES
 from partitioner.cost.links import CollectiveCost, axis_traffic, ring_bytes
+from partitioner.cost.pipelined import PipelineCost, StageCost
+from partitioner.cost.pipelined import slots as pipeline_slots
 from partitioner.cost.streaming import PhaseCost, io_tile_bytes
 from partitioner.cost.summary import StepCost
 from partitioner.errors import ConfigError, OutOfMemoryError, ShardingError
@@ -26,6 +28,7 @@ from partitioner.memory import TileMemory, TileUsage, fullest_tiles
 from partitioner.mesh import SYSTEMS, Mesh, System, active_mesh, default_mesh, make_mesh
 from partitioner.partition import ForcedWhole, Partitioned
 from partitioner.pipeline import Built, Options, build
+from partitioner.pipelining import Pipeline, without_axis
 from partitioner.printer import format_program
 from partitioner.program import Program, Superstep, Task
 from partitioner.sharding import Sharding, user_shardings
@@ -49,9 +52,12 @@ __all__ = [
     "OutOfMemoryError",
     "Partitioned",
     "PhaseCost",
+    "Pipeline",
+    "PipelineCost",
     "Program",
     "Sharding",
     "ShardingError",
+    "StageCost",
     "StepCost",
     "Superstep",
     "System",
@@ -68,6 +74,8 @@ __all__ = [
     "fullest_tiles",
     "io_tile_bytes",
     "make_mesh",
+    "pipeline_slots",
     "ring_bytes",
     "user_shardings",
+    "without_axis",
 ]

@@ -279,6 +279,27 @@ def _live_by_task(
             _apply(live, item, -1)
 
 
+def task_excess(
+    program: Program,
+    target: Target,
+    phases: PhaseBounds | None = None,
+    extra: np.ndarray | None = None,
+) -> list[int]:
+    """For each task, how many bytes its fullest tile is over budget while it runs (0 when
+    within), `extra` bytes per tile added throughout: which tasks a re-plan must shrink."""
+    found = storages(program, phases)
+    base = code_memory(program, target).total.astype(np.int64)
+    for s in found:
+        if s.always_live:
+            base[s.layout.start : s.layout.stop] += s.bytes_per_tile
+    if extra is not None:
+        base = base + extra
+    return [
+        max(0, int((now + base).max()) - target.bytes_per_tile)
+        for _, now in _live_by_task(program, found, target.tiles_per_ipu)
+    ]
+
+
 def region_bytes(program: Program, target: Target) -> np.ndarray:
     """Per tile, the peak bytes a region's own tensors and temporaries hold while it runs: all
     but its inputs and the values it captures, which the program around it holds."""

@@ -47,7 +47,7 @@ from partitioner.tile_rules.matmul import with_less_memory
 AUTO_SHARE = 0.25  # of an IPU's memory: the bytes a phase touches, when cutting without scopes
 TINY_BYTES = 4096  # results this small (norms, scales) stay in the phase that makes them
 # Views and sources: Poplar makes them where they are read, so they run in their reader's phase.
-_FLOATING = frozenset({"broadcast_in_dim", "iota", "constant"})
+FLOATING = frozenset({"broadcast_in_dim", "iota", "constant"})
 # Names in jax's name stack that are not the user's scopes.
 _JAX_NAMES = frozenset(
     {"jvp", "transpose", "vmap", "checkpoint", "rematted_computation", "remat", "while", "body"}
@@ -77,7 +77,7 @@ def _words(scope: str) -> list[str]:
     return words
 
 
-def _direction(scope: str) -> str:
+def direction(scope: str) -> str:
     return BACKWARD if "transpose(" in scope else FORWARD
 
 
@@ -92,7 +92,7 @@ def scope_blocks(program: Program) -> list[str]:
     return list(seen)
 
 
-def _label(task: Task, names: Sequence[str]) -> str | None:
+def block_label(task: Task, names: Sequence[str]) -> str | None:
     words = _words(task.op.loc.scope)
     for name in names:
         if name in words:
@@ -121,7 +121,7 @@ class _Keys:
 def split_by_names(program: Program, names: Sequence[str]) -> tuple[Program, PhasePlan]:
     """One phase per block and direction (phase-major), then optimizer phases; contiguous runs
     when grouping would break the program's order. Tasks are reordered phase by phase."""
-    labels = [_label(task, names) for task in program.tasks]
+    labels = [block_label(task, names) for task in program.tasks]
     if not any(labels):
         raise ValueError(f"no op is in a named scope called any of {list(names)}")
     phase_of, keys = _assign(program, labels, contiguous=False)
@@ -140,7 +140,7 @@ def _keys_in_order(labels: list[str | None], program: Program, contiguous: bool)
         if label is None:
             out.append(None)
             continue
-        pair = (label, _direction(task.op.loc.scope))
+        pair = (label, direction(task.op.loc.scope))
         if contiguous and pair != last:
             runs[pair] = runs.get(pair, -1) + 1
         last = pair
@@ -155,7 +155,7 @@ def _assign(
     task_keys = _keys_in_order(labels, program, contiguous)
     keys = _Keys(k for k in task_keys if k is not None)
     named_phases = len(keys.keys)
-    homes = _homes(program, labels)
+    homes = home_blocks(program, labels)
     last_of = {key[0]: i for i, key in enumerate(keys.keys)}
     made_in: dict[Value, int] = {}
     floating: set[Value] = set()  # results of tasks that run in their first reader's phase
@@ -188,7 +188,7 @@ def _floats(task: Task, made_in: dict[Value, int], sourced: set[Value]) -> bool:
     """Views and sources, widening conversions (storing the narrower value streams less), and
     tasks that read only arguments, constants and what is made from them alone: they run in
     their first reader's phase."""
-    if task.op.name in _FLOATING or _widens(task):
+    if task.op.name in FLOATING or _widens(task):
         return True
     return all(v not in made_in or v in sourced for v in task.inputs)
 
@@ -202,7 +202,7 @@ def _tiny(task: Task) -> bool:
     return all(v.nbytes <= TINY_BYTES for v in task.op.results)
 
 
-def _homes(program: Program, labels: list[str | None]) -> dict[Value, str]:
+def home_blocks(program: Program, labels: list[str | None]) -> dict[Value, str]:
     """Each value's home block: a named task's results are its block's; an argument belongs to
     the block that reads it first; an unnamed task's results to the home of its largest operand
     that has one (a broadcast weighs what its source does: it is a view)."""

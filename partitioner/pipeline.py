@@ -35,8 +35,10 @@ from jax.sharding import PartitionSpec
 
 from lowering import Graph, unroll_loops, verify
 from partitioner.combine import BUFFER_BYTES, combine_all_reduces
+from partitioner.cost.exchange import global_sync_cycles
 from partitioner.cost.host import host_io, host_rate, host_supersteps
 from partitioner.cost.links import LinkModel
+from partitioner.cost.pipelined import PipelineCost, schedule_pipeline
 from partitioner.cost.streaming import (
     PhaseStream,
     capacity_needed,
@@ -51,6 +53,18 @@ from partitioner.memory import TileMemory, check_memory, tile_memory
 from partitioner.mesh import Mesh
 from partitioner.partition import Partitioned, partition
 from partitioner.phases import PhasePlan, compute_target, phased_hint, split_phases
+from partitioner.pipelining import (
+    Pipeline,
+    fit_stages,
+    per_microbatch,
+    pipeline_stages,
+    pipelined_step_cost,
+    split_stages,
+    stage_costs,
+    stage_memory,
+    stage_program,
+    without_axis,
+)
 from partitioner.program import Program, Superstep
 from partitioner.propagation import propagate_shardings
 from partitioner.replicas import check_replica_axes, derive_replica_axes, varying_axes
@@ -71,6 +85,8 @@ class Options:
     check_memory: bool = True
     verify: bool = False
     collective_buffer_bytes: int = BUFFER_BYTES  # the combiner's; 0 keeps collectives apart
+    pipeline: Pipeline | None = None  # stages over a mesh axis (the program is a micro-batch's)
+    batch_inputs: tuple[int, ...] = ()  # with a pipeline: the inputs that carry the batch
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +104,8 @@ class Built:
     streams: tuple[PhaseStream, ...]
     cost: StepCost
     kept: frozenset = frozenset()  # activations kept on chip across phases
+    pipeline: PipelineCost | None = None  # pipelined: the stages and their schedule
+    stage_memories: tuple[TileMemory, ...] = ()  # pipelined: each stage's IPU, in stage order
 
 
 def partition_program(
@@ -202,6 +220,8 @@ def build(
 ) -> Built:
     """The per-IPU program of `graph` on `mesh`, scheduled, phased, its memory checked and its
     cost summed."""
+    if options.pipeline is not None:
+        return build_pipelined(graph, mesh, in_specs, out_specs, options)
     if options.phases is not None or mesh.ipus > 1:
         graph = unroll_loops(graph)
     partitioned = None
@@ -232,3 +252,61 @@ def build(
     host = host_transfers(local, program, mesh, target, plan is not None)
     cost = cost_step(program, plan, memory, streams, target, host)
     return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept)
+
+
+def build_pipelined(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+    options: Options,
+) -> Built:
+    """A micro-batch's program partitioned over the mesh without the pipeline axis (collectives
+    costed where their axes lie on the whole mesh), scheduled, split into stages
+    (`pipelining`), each stage's memory checked on its IPU, and the pipeline's cycles
+    (`cost.pipelined`)."""
+    pipe = options.pipeline
+    assert pipe is not None
+    count = pipeline_stages(pipe, mesh)
+    rest = without_axis(mesh, pipe.axis)
+    graph = unroll_loops(graph)
+    partitioned = None
+    local = graph
+    if rest.ipus > 1:
+        partitioned = partition_program(graph, rest, in_specs, out_specs)
+        # Not combined: a combined all-reduce would join gradients of different stages, which
+        # live on different IPUs.
+        local = partitioned.graph
+        if options.verify:
+            verify(local)
+    links = LinkModel.place(mesh.shape, mesh.target, mesh.system) if mesh.ipus > 1 else None
+    target = mesh.target
+    program = schedule(local, target, links)
+    axes = replica_axes_of(partitioned, rest, options.replica_axes)
+    split = split_stages(program, pipe, count, per_microbatch(local, options.batch_inputs))
+    program = fit_stages(program, split, pipe, target)
+    stages = [stage_program(program, split, s) for s in range(count)]
+    memories = [stage_memory(program, split, s, pipe, target) for s in range(count)]
+    if options.check_memory:
+        for s, (memory, stage) in enumerate(zip(memories, stages, strict=True)):
+            check_memory(memory, stage, local, target, ipu=s)
+    costs = stage_costs(program, split, pipe, target, memories)
+    schedule_ = schedule_pipeline(
+        costs, pipe.microbatches, target, global_sync_cycles(target, count), pipe.axis
+    )
+    cost = pipelined_step_cost(schedule_, program, split, target)
+    fullest = max(range(count), key=lambda s: int(memories[s].total.max()))
+    return Built(
+        mesh,
+        local,
+        partitioned,
+        target,
+        program,
+        None,
+        memories[fullest],
+        axes,
+        (),
+        cost,
+        pipeline=schedule_,
+        stage_memories=tuple(memories),
+    )

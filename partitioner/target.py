@@ -118,6 +118,11 @@ class Target:
     host_bytes_per_second: float = 7e9
     host_latency_cycles: int = 50_000
     host_link_bytes_per_second_per_machine: float = 100e9 / 8
+    # Pipeline stages send activations and gradients IPU to IPU at 70 GiB/s after 3,000 idle
+    # cycles, once every stage has finished its pipeline cycle (C: Graphcore's auto-pipeliner,
+    # ipu_tensorflow_addons auto_pipeline cluster_info "sendGBps": 70, "sendIdleCycle": 3000).
+    pipeline_send_bytes_per_second: float = 70 * 2**30
+    pipeline_send_latency_cycles: int = 3000
 
     def __post_init__(self) -> None:
         if self.tiles_per_ipu < 1 or self.bytes_per_tile < 1 or self.clock_hz <= 0:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ipujax.report import CostReport, PhaseCost, popvision_name
 from lowering import shorten_paths
+from partitioner import pipeline_slots
 
 # ---- formatting ------------------------------------------------------------------------------
 
@@ -423,3 +424,44 @@ def nice_ticks(top: float, count: int = 6) -> list[float]:
 
 def memory_fraction(report: CostReport) -> float:
     return report.peak_tile_bytes / report.bytes_per_tile if report.bytes_per_tile else 0.0
+
+
+# ---- pipeline ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PipelineBlock:
+    """One stage's forward or backward of one micro-batch, where it falls in the step."""
+
+    stage: int
+    kind: str  # "forward" or "backward"
+    microbatch: int
+    cycle: int  # the pipeline cycle
+    start: int  # cycles from the step's start
+    cycles: int
+
+
+def pipeline_blocks(report: CostReport, max_cycles: int | None = None) -> list[PipelineBlock]:
+    """The pipeline's timeline from the report: in each pipeline cycle each stage runs its
+    forward then its backward (`partitioner.pipeline_slots` says of which micro-batches); the
+    first and last `max_cycles // 2` cycles when given, else all."""
+    count, n = len(report.stages), report.microbatches
+    cycles = report.pipeline_cycles
+    wanted: list[int] = list(range(len(cycles)))
+    if max_cycles is not None and len(cycles) > max_cycles:
+        half = max_cycles // 2
+        wanted = [*range(half), *range(len(cycles) - half, len(cycles))]
+    starts = [0]
+    for c in cycles:
+        starts.append(starts[-1] + c)
+    out = []
+    for t in wanted:
+        for s in report.stages:
+            forward, backward = pipeline_slots(s.stage, count, n, t)
+            at = starts[t]
+            if forward is not None:
+                out.append(PipelineBlock(s.stage, "forward", forward, t, at, s.forward_cycles))
+                at += s.forward_cycles
+            if backward is not None:
+                out.append(PipelineBlock(s.stage, "backward", backward, t, at, s.backward_cycles))
+    return out

@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from ipujax.report import CollectiveCost, CostReport, PhaseCost, SuperstepCost
+from ipujax.views import metrics as m
 from ipujax.views.metrics import short_source, shorten_paths
 
 MAX_IPUS = 16  # IPUs drawn: every IPU runs the same (SPMD) program, so more add nothing
@@ -225,6 +226,52 @@ def _phase_args(phase: PhaseCost, index: int) -> dict[str, Any]:
     }
 
 
+_PIPELINE = "pipeline stages"
+
+
+def _pipeline_events(report: CostReport, threads: _Threads) -> list[dict]:
+    """The pipeline timeline, in a process of its own: a thread per stage, a slice per
+    micro-batch's forward or backward on it; the update after the last cycle."""
+    events: list[dict[str, Any]] = []
+    pid = MAX_IPUS  # after the IPUs' processes
+    clock = report.clock_hz
+    for block in m.pipeline_blocks(report):
+        ts = _us(block.start, clock)
+        events.append(
+            {
+                "ph": "X",
+                "cat": "pipeline",
+                "name": f"{block.kind} {block.microbatch}",
+                "pid": pid,
+                "tid": threads.tid(pid, f"stage {block.stage}"),
+                "ts": ts,
+                "dur": _us(block.start + block.cycles, clock) - ts,
+                "args": {
+                    "stage": block.stage,
+                    "micro_batch": block.microbatch,
+                    "pipeline_cycle": block.cycle,
+                    "cycles": block.cycles,
+                },
+            }
+        )
+    end = sum(report.pipeline_cycles)
+    for stage in report.stages:
+        ts = _us(end, clock)
+        events.append(
+            {
+                "ph": "X",
+                "cat": "pipeline",
+                "name": "update",
+                "pid": pid,
+                "tid": threads.tid(pid, f"stage {stage.stage}"),
+                "ts": ts,
+                "dur": _us(end + stage.update_cycles, clock) - ts,
+                "args": {"stage": stage.stage, "cycles": stage.update_cycles},
+            }
+        )
+    return events
+
+
 def build_trace(report: CostReport) -> dict[str, Any]:
     threads = _Threads()
     ipus = min(report.ipus, MAX_IPUS)
@@ -232,6 +279,7 @@ def build_trace(report: CostReport) -> dict[str, Any]:
         _superstep_events(report, threads, ipus)
         + _unmatched_collective_events(report, threads, ipus)
         + _phase_events(report, threads, ipus)
+        + _pipeline_events(report, threads)
     )
     processes = [
         event
@@ -253,6 +301,19 @@ def build_trace(report: CostReport) -> dict[str, Any]:
             },
         )
     ]
+    if report.stages:
+        processes.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": MAX_IPUS,
+                "tid": 0,
+                "args": {
+                    "name": f"pipeline: {len(report.stages)} stages, "
+                    f"{report.microbatches} micro-batches"
+                },
+            }
+        )
     return {
         "traceEvents": processes + threads.metadata() + slices,
         "displayTimeUnit": "ns",
