@@ -482,6 +482,42 @@ def phases_tables(report: CostReport) -> list[RenderableType]:
     return [table]
 
 
+def pipeline_tables(report: CostReport) -> list[RenderableType]:
+    """A pipelined step's stages: cycles per micro-batch, update, sends, stash and memory."""
+    if not report.stages:
+        return []
+    table = _table(
+        f"Pipeline: {len(report.stages)} stages x {m.fmt_int(report.microbatches)} micro-batches"
+        f", {m.fmt_int(len(report.pipeline_cycles))} pipeline cycles, bubble "
+        f"{100 * report.bubble_fraction:.1f}% (cycles per micro-batch; bytes per micro-batch)",
+        "stage",
+        "blocks",
+        "forward",
+        "backward",
+        "update",
+        "sends",
+        "returns",
+        "in flight",
+        "peak tile",
+        numeric=(2, 3, 4, 5, 6, 7, 8),
+    )
+    for s in report.stages:
+        style = "bold red" if s.peak_tile_bytes > report.bytes_per_tile else ""
+        blocks = s.blocks[0] if len(s.blocks) == 1 else f"{s.blocks[0]} .. {s.blocks[-1]}"
+        table.add_row(
+            str(s.stage),
+            blocks,
+            m.fmt_int(s.forward_cycles),
+            m.fmt_int(s.backward_cycles),
+            m.fmt_int(s.update_cycles),
+            m.fmt_int(s.send_bytes),
+            m.fmt_int(s.return_bytes),
+            m.fmt_int(s.in_flight),
+            Text(m.fmt_int(s.peak_tile_bytes), style=style),
+        )
+    return [table]
+
+
 def report_renderables(report: CostReport, full: bool = True) -> list[RenderableType]:
     """Every table; with `full=False` the ones that fit a screen: the memory's peak and
     categories, the costliest ops, collectives grouped by kind, axes and source line."""
@@ -491,6 +527,7 @@ def report_renderables(report: CostReport, full: bool = True) -> list[Renderable
         *execution_tables(report, full),
         *communication_tables(report, full),
         *phases_tables(report),
+        *pipeline_tables(report),
     ]
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import ipujax
 from ipujax import api
-from ipujax.views import trace
+from ipujax.views import tables, trace
 from ipujax.views.html.page import render_html
 from tests.helpers import assert_trees_close, load_example
 
@@ -183,6 +183,11 @@ def test_the_report_as_json_trace_and_html(tiny: Tiny) -> None:
     html = render_html(report)
     assert 'id="pipeline"' in html
     assert "pipeline timeline" in html
+
+    # The terminal's tables: a row per stage under a title with the bubble.
+    (table,) = tables.pipeline_tables(report)
+    assert f"bubble {100 * report.bubble_fraction:.1f}%" in str(table.title)
+    assert table.row_count == len(report.stages)
 
 
 def test_costing_from_shapes_then_running(tiny: Tiny, monkeypatch: pytest.MonkeyPatch) -> None:
