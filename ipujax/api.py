@@ -312,37 +312,37 @@ class Jitted:
         _name_parameters(dynamic, fun, set(statics), set(static_kw))
         return dynamic, dyn_args, dyn_kwargs, key
 
-    def _donated(self, dyn_args: tuple, count: int) -> list[int]:
-        """Flat input indices of the donated arguments' leaves."""
+    def _leaf_ranges(self, dyn_args: tuple, count: int) -> list[tuple[int, range]]:
+        """Each dynamic argument's position and the flat input indices of its leaves."""
         positions, _ = self._static(count)
         dynamic_positions = [i for i in range(count) if i not in positions]
-        flat: list[int] = []
-        offset = 0
+        out, offset = [], 0
         for position, arg in zip(dynamic_positions, dyn_args, strict=True):
             leaves = len(jax.tree.leaves(arg))
-            if position in self._options.donate_argnums:
-                flat.extend(range(offset, offset + leaves))
+            out.append((position, range(offset, offset + leaves)))
             offset += leaves
-        return flat
+        return out
+
+    def _donated(self, dyn_args: tuple, count: int) -> list[int]:
+        """Flat input indices of the donated arguments' leaves."""
+        donated = self._options.donate_argnums
+        return [i for p, flat in self._leaf_ranges(dyn_args, count) if p in donated for i in flat]
 
     @api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         dynamic, dyn_args, dyn_kwargs, _ = self._split(args, kwargs)
         mesh, traced_under = _in_context(self._options)
         options = dataclasses.replace(self._options, mesh=mesh, traced_under=traced_under)
-        # Under the mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces; under
-        # a jax mesh's own, so does a `shard_map` over it.
-        with jax.sharding.use_abstract_mesh(traced_under), _shard_map_refused():
-            graph = eliminate_dead_code(lower(dynamic, *dyn_args, **dyn_kwargs))
+        graph = _traced(dynamic, dyn_args, dyn_kwargs, traced_under)
         in_specs = input_specs(self._options.in_shardings, dyn_args, dyn_kwargs)
         out_specs = output_specs(self._options.out_shardings, graph.out_tree)
+        pipeline = options.pipeline
+        # Pipelined, tensors split over the mesh without the pipeline axis.
+        split_over = mesh if pipeline is None else without_axis(mesh, pipeline.axis)
+        user_shardings(graph, split_over.shape, in_specs, out_specs)
         micro = None
-        if options.pipeline is not None:
-            shape_mesh = without_axis(mesh, options.pipeline.axis).shape
-            user_shardings(graph, shape_mesh, in_specs, out_specs)
+        if pipeline is not None:
             micro = self._micro_batch(dynamic, args, dyn_args, dyn_kwargs, traced_under)
-        else:
-            user_shardings(graph, mesh.shape, in_specs, out_specs)
         donate = self._donated(dyn_args, len(args))
         return Lowered(graph, options, donate, in_specs, out_specs, micro)
 
@@ -358,29 +358,24 @@ class Jitted:
         pipeline's micro-batches; and the flat inputs that carry the batch."""
         pipeline = self._options.pipeline
         assert pipeline is not None
-        positions, _ = self._static(len(args))
-        dynamic_positions = [i for i in range(len(args)) if i not in positions]
+        ranges = self._leaf_ranges(dyn_args, len(args))
         wanted = pipeline.batch_argnums
         if wanted is None:
-            wanted = (dynamic_positions[-1],) if dynamic_positions else ()
+            wanted = (ranges[-1][0],) if ranges else ()
         wanted = tuple(i % len(args) for i in wanted if -len(args) <= i < len(args))
-        batch: list[int] = []
-        micro_args = []
-        offset = 0
-        for position, arg in zip(dynamic_positions, dyn_args, strict=True):
-            leaves, tree = jax.tree.flatten(arg)
-            if position in wanted:
-                batch.extend(range(offset, offset + len(leaves)))
-                leaves = [_split_batch(x, pipeline.microbatches, position) for x in leaves]
-            micro_args.append(jax.tree.unflatten(tree, leaves))
-            offset += len(leaves)
+        batch = [i for p, flat in ranges if p in wanted for i in flat]
         if not batch:
             raise ConfigError(
                 f"Pipeline(batch_argnums={pipeline.batch_argnums}) names no argument of the "
                 f"{len(args)} given; say which positional arguments carry the batch"
             )
-        with jax.sharding.use_abstract_mesh(traced_under), _shard_map_refused():
-            micro = eliminate_dead_code(lower(dynamic, *micro_args, **dyn_kwargs))
+        micro_args = [
+            jax.tree.map(lambda x, p=p: _split_batch(x, pipeline.microbatches, p), arg)
+            if p in wanted
+            else arg
+            for (p, _), arg in zip(ranges, dyn_args, strict=True)
+        ]
+        micro = _traced(dynamic, micro_args, dyn_kwargs, traced_under)
         return micro, tuple(batch)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
@@ -482,6 +477,16 @@ def _auto(mesh: AbstractMesh) -> AbstractMesh:
     """A jax mesh with every axis Auto: shardings stay out of the traced types (the partitioner
     chooses them), and a `shard_map` over an Auto mesh finds it current."""
     return mesh.update_axis_types(dict.fromkeys(mesh.axis_names, jax.sharding.AxisType.Auto))
+
+
+def _traced(
+    fun: Callable[..., Any], args: Sequence[Any], kwargs: dict, traced_under: AbstractMesh
+) -> Graph:
+    """`fun` traced and imported, dead code dropped. Under the mesh's abstract twin,
+    `with_sharding_constraint(x, P("tp"))` traces; under a jax mesh's own, so does a
+    `shard_map` over it (which is refused at the user's line)."""
+    with jax.sharding.use_abstract_mesh(traced_under), _shard_map_refused():
+        return eliminate_dead_code(lower(fun, *args, **kwargs))
 
 
 def _split_batch(leaf: Any, microbatches: int, position: int) -> jax.ShapeDtypeStruct:

@@ -24,6 +24,7 @@ from partitioner import (
     Built,
     CollectiveCost,
     PhaseCost,
+    Program,
     StageCost,
     Superstep,
     TileMemory,
@@ -362,12 +363,22 @@ def build_report(built: Built) -> CostReport:
         supersteps=_readable(cost.supersteps, ("source",)),
         collectives=_readable(cost.collectives, ("source", "why")),
         phases=cost.phases,
-        top_tiles=_readable(fullest_tiles(memory, built.program, built.graph), ("tensors",)),
+        top_tiles=_readable(
+            fullest_tiles(memory, _memory_program(built), built.graph), ("tensors",)
+        ),
         memory_categories=_ipu_categories(memory, io),
         stages=() if pipeline is None else pipeline.stages,
         microbatches=0 if pipeline is None else pipeline.microbatches,
         pipeline_cycles=() if pipeline is None else pipeline.cycles,
     )
+
+
+def _memory_program(built: Built) -> Program:
+    """The program `built.memory` sweeps: pipelined, the fullest stage's own."""
+    for program, memory in zip(built.stage_programs, built.stage_memories, strict=True):
+        if memory is built.memory:
+            return program
+    return built.program
 
 
 def _stage_of_ipu(built: Built) -> np.ndarray:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowering import ELEMENTWISE, Graph, Op, Value
+from lowering import producers as graph_producers
 from partitioner.code_memory import CodeMemory, code_memory
 from partitioner.errors import OutOfMemoryError
 from partitioner.layout import Layout, tile_bytes
@@ -233,10 +234,7 @@ def tile_memory(
     removed after it ends; each task's temporaries count during that task only."""
     tiles = target.tiles_per_ipu
     found = storages(program, phases, kept, ways)
-    always = np.zeros(tiles, np.int64)
-    for s in found:
-        if s.always_live:
-            always[s.layout.start : s.layout.stop] += s.bytes_per_tile
+    always = _always_live(found, tiles)
     code = code_memory(program, target)
     extra = always + code.total
     peak = np.zeros(tiles, np.int64)
@@ -259,6 +257,15 @@ def tile_memory(
         storages=found,
         phase_peaks=tuple(phase_peaks),
     )
+
+
+def _always_live(found: tuple[Storage, ...], tiles: int) -> np.ndarray:
+    """Bytes per tile of the storages live throughout (constants; unphased, the inputs)."""
+    always = np.zeros(tiles, np.int64)
+    for s in found:
+        if s.always_live:
+            always[s.layout.start : s.layout.stop] += s.bytes_per_tile
+    return always
 
 
 def _live_by_task(
@@ -288,10 +295,7 @@ def task_excess(
     """For each task, how many bytes its fullest tile is over budget while it runs (0 when
     within), `extra` bytes per tile added throughout: which tasks a re-plan must shrink."""
     found = storages(program, phases)
-    base = code_memory(program, target).total.astype(np.int64)
-    for s in found:
-        if s.always_live:
-            base[s.layout.start : s.layout.stop] += s.bytes_per_tile
+    base = _always_live(found, target.tiles_per_ipu) + code_memory(program, target).total
     if extra is not None:
         base = base + extra
     return [
@@ -341,8 +345,10 @@ def _describe(value: Value, graph: Graph, producers: dict[Value, Op]) -> str:
     return f"argument {name} {value.type_str}"
 
 
-def producers_of(program: Program) -> dict[Value, Op]:
-    return {v: t.op for t in program.tasks for v in t.op.results}
+def producers_of(program: Program, graph: Graph) -> dict[Value, Op]:
+    """The op that makes each value: the program's tasks' (which may rewrite the graph's ops),
+    else the graph's (a pipeline stage's program reads values other stages make)."""
+    return {**graph_producers(graph), **{v: t.op for t in program.tasks for v in t.op.results}}
 
 
 def largest_on_tile(
@@ -354,9 +360,9 @@ def largest_on_tile(
     producers: dict[Value, Op] | None = None,
 ) -> list[tuple[int, str]]:
     """The largest tensors on a tile at its peak, with where each came from. Pass `producers`
-    (`producers_of(program)`) when asking about several tiles, to build it once."""
+    (`producers_of(program, graph)`) when asking about several tiles, to build it once."""
     at = int(memory.peak_task[tile])
-    producers = producers if producers is not None else producers_of(program)
+    producers = producers if producers is not None else producers_of(program, graph)
     sizes = sorted(
         (
             (s.bytes_per_tile, s.value)
@@ -397,7 +403,7 @@ def fullest_tiles(
     """The `count` fullest tiles (of IPU 0: every IPU runs the same program), largest first."""
     total = memory.total
     fullest = np.argsort(-total, kind="stable")[:count]
-    producers = producers_of(program)
+    producers = producers_of(program, graph)
     return tuple(
         TileUsage(
             0,

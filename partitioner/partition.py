@@ -26,7 +26,7 @@ import numpy as np
 
 from lowering import Graph, Op, Value, free_values, infer_types, producers, walk
 from partitioner.builder import Builder
-from partitioner.factor_rules import FACTOR_RULES, Factors, lookup_dim, project, reduction_kind
+from partitioner.factor_rules import Factors, lookup_dim, project, reduction_kind
 from partitioner.propagation import Propagated
 from partitioner.sharding import Axes, Sharding
 
@@ -182,7 +182,7 @@ class _Partitioner:
         )
 
     def rewrite(self, op: Op) -> None:
-        factors = FACTOR_RULES[op.name](op)
+        factors = self.prop.factors[op]
         axes = self.prop.op_factors[op]
         if op.regions and free_values_of(op):
             axes = ()  # regions that read outer values run whole

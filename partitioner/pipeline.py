@@ -62,7 +62,6 @@ from partitioner.pipelining import (
     split_stages,
     stage_costs,
     stage_memory,
-    stage_program,
     without_axis,
 )
 from partitioner.program import Program, Superstep
@@ -106,6 +105,7 @@ class Built:
     kept: frozenset = frozenset()  # activations kept on chip across phases
     pipeline: PipelineCost | None = None  # pipelined: the stages and their schedule
     stage_memories: tuple[TileMemory, ...] = ()  # pipelined: each stage's IPU, in stage order
+    stage_programs: tuple[Program, ...] = ()  # pipelined: the tasks each stage's memory sweeps
 
 
 def partition_program(
@@ -119,6 +119,25 @@ def partition_program(
     fixed_outputs = {graph.outputs[i]: s for i, s in outputs.items()}
     propagated = propagate_shardings(graph, inputs, fixed_outputs)
     return partition(graph, propagated, mesh.shape, outputs)
+
+
+def per_ipu(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+    combine_bytes: int,
+    check: bool,
+) -> tuple[Partitioned | None, Graph]:
+    """The program each IPU of `mesh` runs: partitioned on many IPUs, its all-reduces combined
+    up to `combine_bytes` (0: kept apart), its IR verified when `check`; `graph` on one."""
+    if mesh.ipus == 1:
+        return None, graph
+    partitioned = partition_program(graph, mesh, in_specs, out_specs)
+    local = combine_all_reduces(partitioned.graph, combine_bytes)
+    if check:
+        verify(local)
+    return partitioned, local
 
 
 def place_axes(partitioned: Partitioned | None, mesh: Mesh) -> LinkModel | None:
@@ -224,15 +243,9 @@ def build(
         return build_pipelined(graph, mesh, in_specs, out_specs, options)
     if options.phases is not None or mesh.ipus > 1:
         graph = unroll_loops(graph)
-    partitioned = None
-    local = graph
-    if mesh.ipus > 1:
-        partitioned = partition_program(graph, mesh, in_specs, out_specs)
-        local = partitioned.graph
-        if options.phases is None:
-            local = combine_all_reduces(local, options.collective_buffer_bytes)
-        if options.verify:
-            verify(local)
+    # Phased programs skip the combiner: replicated tensor sharding splits each gradient's.
+    combine = options.collective_buffer_bytes if options.phases is None else 0
+    partitioned, local = per_ipu(graph, mesh, in_specs, out_specs, combine, options.verify)
     links = place_axes(partitioned, mesh)
     target = compute_target(mesh.target, options.phases)
     program = schedule(local, target, links)
@@ -269,26 +282,20 @@ def build_pipelined(
     assert pipe is not None
     count = pipeline_stages(pipe, mesh)
     rest = without_axis(mesh, pipe.axis)
-    graph = unroll_loops(graph)
-    partitioned = None
-    local = graph
-    if rest.ipus > 1:
-        partitioned = partition_program(graph, rest, in_specs, out_specs)
-        # Not combined: a combined all-reduce would join gradients of different stages, which
-        # live on different IPUs.
-        local = partitioned.graph
-        if options.verify:
-            verify(local)
+    # Not combined: a combined all-reduce would join gradients of different stages, which live
+    # on different IPUs.
+    partitioned, local = per_ipu(unroll_loops(graph), rest, in_specs, out_specs, 0, options.verify)
     links = LinkModel.place(mesh.shape, mesh.target, mesh.system) if mesh.ipus > 1 else None
     target = mesh.target
     program = schedule(local, target, links)
     axes = replica_axes_of(partitioned, rest, options.replica_axes)
     split = split_stages(program, pipe, count, per_microbatch(local, options.batch_inputs))
     program = fit_stages(program, split, pipe, target)
-    stages = [stage_program(program, split, s) for s in range(count)]
-    memories = [stage_memory(program, split, s, pipe, target) for s in range(count)]
+    stages, memories = zip(
+        *(stage_memory(program, split, s, pipe, target) for s in range(count)), strict=True
+    )
     if options.check_memory:
-        for s, (memory, stage) in enumerate(zip(memories, stages, strict=True)):
+        for s, (stage, memory) in enumerate(zip(stages, memories, strict=True)):
             check_memory(memory, stage, local, target, ipu=s)
     costs = stage_costs(program, split, pipe, target, memories)
     schedule_ = schedule_pipeline(
@@ -309,4 +316,5 @@ def build_pipelined(
         cost,
         pipeline=schedule_,
         stage_memories=tuple(memories),
+        stage_programs=tuple(stages),
     )

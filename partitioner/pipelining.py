@@ -5,10 +5,10 @@ IPU; gradients accumulated over the micro-batches and the weights updated once p
 
 Pipelining reorders work and never changes it, so the program that runs is the whole step on
 the mesh without the pipeline axis (every value is `jax.jit`'s), and the cost is that of the
-step's micro-batch program (`stage_split`, then `cost.pipelined`):
+step's micro-batch program (`split_stages`, then `cost.pipelined`):
 
 - each task is a stage's (by its `jax.named_scope`, as `phases` finds blocks; unnamed work goes
-  with the block of its largest operand, else with its latest producer) and runs either once
+  with the block of its largest operand, else where it is first read) and runs either once
   per micro-batch (forward or backward) or once per step (the update, and the collectives
   after the accumulation). Which: a task is per micro-batch when the micro-batch dimension of
   the batch arguments reaches it. That is sharding propagation with a mesh axis of its own for
@@ -22,6 +22,8 @@ step's micro-batch program (`stage_split`, then `cost.pipelined`):
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +38,6 @@ from partitioner.cost.pipelined import PipelineCost, StageCost, send_cycles
 from partitioner.cost.summary import StepCost, matmul_dtype
 from partitioner.cost.vector import binary_cycles
 from partitioner.errors import ConfigError
-from partitioner.factor_rules import FACTOR_RULES
 from partitioner.layout import tile_bytes
 from partitioner.memory import PhaseBounds, TileMemory, task_excess, tile_memory
 from partitioner.mesh import Mesh, system_for
@@ -136,7 +137,7 @@ def per_microbatch(graph: Graph, batch_inputs: Sequence[int]) -> list[bool]:
     out = []
     for op in graph.ops:
         axes = propagated.op_factors[op]
-        reduction = FACTOR_RULES[op.name](op).reduction
+        reduction = propagated.factors[op].reduction
         reached = any(MICROBATCH in a for a in axes)
         summed = any(MICROBATCH in axes[f] for f in reduction)
         each = reached or any(v in varying for v in op_reads(op))
@@ -149,7 +150,7 @@ def per_microbatch(graph: Graph, batch_inputs: Sequence[int]) -> list[bool]:
 # ---- stages ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StageSplit:
     """Each task's stage and kind (`FORWARD` or `BACKWARD` once per micro-batch, `UPDATE` once
     per step), and each stage's blocks."""
@@ -162,15 +163,18 @@ class StageSplit:
     def stages(self) -> int:
         return len(self.blocks)
 
+    @functools.cached_property
+    def _members(self) -> dict[tuple[int, str], list[int]]:
+        """Each (stage, kind)'s task indices in program order, found once."""
+        members: dict[tuple[int, str], list[int]] = {}
+        for i, key in enumerate(zip(self.stage_of, self.kind_of, strict=True)):
+            members.setdefault(key, []).append(i)
+        return members
+
     def indices(self, stage: int, kinds: Sequence[str] = KINDS) -> list[int]:
         """The stage's task indices, forward, then backward, then update (program order
         within each)."""
-        return [
-            i
-            for kind in kinds
-            for i, (s, k) in enumerate(zip(self.stage_of, self.kind_of, strict=True))
-            if s == stage and k == kind
-        ]
+        return [i for kind in kinds for i in self._members.get((stage, kind), ())]
 
 
 def balanced_stages(blocks: Sequence[str], weights: Sequence[int], count: int) -> list[list[str]]:
@@ -230,9 +234,8 @@ def _labels(program: Program, names: Sequence[str]) -> list[str | None]:
 def split_stages(program: Program, pipeline: Pipeline, count: int, each: list[bool]) -> StageSplit:
     """Each task's stage and kind. A named task is its block's stage's; an unnamed one goes
     with the block of its largest operand (its home, as phases place an optimizer's update),
-    else where it is first read. Its
-    direction is its scope's (jax names backward ops `transpose(...)`), or backward when it
-    reads a backward result."""
+    else where it is first read. Its direction is its scope's (jax names backward ops
+    `transpose(...)`), or backward when it reads a backward result."""
     blocks = _stage_blocks(program, pipeline, count, each)
     stage_of_block = {b: s for s, names in enumerate(blocks) for b in names}
     names = list(stage_of_block)
@@ -426,12 +429,13 @@ def _stage_view(
 
 def stage_memory(
     program: Program, split: StageSplit, stage: int, pipeline: Pipeline, target: Target
-) -> TileMemory:
-    """The stage's tile memory by liveness over its own tasks (`_stage_view`), its stash for
-    the micro-batches in flight among the not-always-live variables."""
+) -> tuple[Program, TileMemory]:
+    """The stage's own program (`_stage_view`) and its tile memory by liveness over it, its
+    stash for the micro-batches in flight among the not-always-live variables (the memory's
+    peak tasks index that program)."""
     own, bounds, stash = _stage_view(program, split, stage, pipeline, target)
     memory = tile_memory(own, target, bounds)
-    return dataclasses.replace(memory, not_always_live=memory.not_always_live + stash)
+    return own, dataclasses.replace(memory, not_always_live=memory.not_always_live + stash)
 
 
 def fit_stages(
@@ -658,7 +662,7 @@ def pipelined_step_cost(
             cost.sync_cycles,
             mix,
         )
-        for name, a, b in zip(names, edges, edges[1:], strict=False)
+        for name, (a, b) in zip(names, itertools.pairwise(edges), strict=True)
         if b > a
     ]
     slowest = max(cost.stages, key=lambda s: s.update_cycles)

@@ -34,6 +34,7 @@ class Propagated:
     shardings: dict[Value, Sharding]
     origins: dict[Value, str]
     op_factors: dict[Op, tuple[Axes, ...]]  # each factor's axes, per op
+    factors: dict[Op, Factors]  # each op's factor rule, as propagation read it
 
 
 def _candidates(
@@ -222,7 +223,7 @@ def propagate_shardings(
             known[value] = Sharding.replicated(len(value.shape))
             origins[value] = "replicated: no sharding reaches it"
     op_factors = {op: decide_factors(op, state.factors[op], known, fixed) for op in graph.ops}
-    return Propagated(known, origins, op_factors)
+    return Propagated(known, origins, op_factors, state.factors)
 
 
 def _all_values(graph: Graph) -> list[Value]:

@@ -437,6 +437,7 @@ class PipelineBlock:
     kind: str  # "forward" or "backward"
     microbatch: int
     cycle: int  # the pipeline cycle
+    cycle_start: int  # cycles from the step's start to its pipeline cycle's
     start: int  # cycles from the step's start
     cycles: int
 
@@ -460,8 +461,14 @@ def pipeline_blocks(report: CostReport, max_cycles: int | None = None) -> list[P
             forward, backward = pipeline_slots(s.stage, count, n, t)
             at = starts[t]
             if forward is not None:
-                out.append(PipelineBlock(s.stage, "forward", forward, t, at, s.forward_cycles))
+                out.append(
+                    PipelineBlock(s.stage, "forward", forward, t, starts[t], at, s.forward_cycles)
+                )
                 at += s.forward_cycles
             if backward is not None:
-                out.append(PipelineBlock(s.stage, "backward", backward, t, at, s.backward_cycles))
+                out.append(
+                    PipelineBlock(
+                        s.stage, "backward", backward, t, starts[t], at, s.backward_cycles
+                    )
+                )
     return out

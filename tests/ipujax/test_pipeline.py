@@ -18,6 +18,7 @@ import ipujax
 from ipujax import api
 from ipujax.views import tables, trace
 from ipujax.views.html.page import render_html
+from partitioner.memory import largest_on_tile
 from tests.helpers import assert_trees_close, load_example
 
 RTOL, ATOL = 2e-5, 2e-6
@@ -209,3 +210,19 @@ def test_costing_from_shapes_then_running(tiny: Tiny, monkeypatch: pytest.Monkey
     assert made == []
     _assert_close(compiled(*tiny.args), tiny.expected)
     assert len(made) == 1
+
+
+def test_every_tensor_on_a_stage_is_described_received_ones_too(tiny: Tiny) -> None:
+    """A stage's program reads what the stage before it sent, which no task of its own makes:
+    the memory report describes those by the op that made them, on the other stage."""
+    built = tiny.compiled("pp4", microbatches=2).built
+    program, memory = built.stage_programs[1], built.stage_memories[1]
+    own = {v for task in program.tasks for v in task.op.results}
+    received = [v for v in program.inputs if v not in set(built.graph.inputs)]
+    assert received and not set(received) & own  # stage 1 reads what stage 0 made
+    tile = int(memory.total.argmax())
+    described = largest_on_tile(memory, program, built.graph, tile, count=10**6)
+    at = int(memory.peak_task[tile])
+    here = [s for s in memory.storages if s.layout.start <= tile < s.layout.stop and s.live_at(at)]
+    assert len(described) >= len(here) > 0
+    assert all(" at " in text or text.startswith("argument") for _, text in described)

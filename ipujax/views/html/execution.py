@@ -9,7 +9,7 @@ import numpy as np
 
 from ipujax.report import CostReport, SuperstepCost
 from ipujax.views import metrics as m
-from ipujax.views.html.widgets import WIDTH, e, legend, panel, svg, table
+from ipujax.views.html.widgets import WIDTH, e, legend, panel, segment, svg, table
 
 TOP_OPS = 15
 TOP_LINES = 25
@@ -293,13 +293,13 @@ def phase_timeline(report: CostReport) -> str:
             f"gathers {p.link_bytes:,} B"
         )
         x = label_w + cursor * scale
-        compute_lane.append(_segment(x, 4, exposed * scale, lane_h - 8, STREAM, tip))
+        compute_lane.append(segment(x, 4, exposed * scale, lane_h - 8, STREAM, tip))
         compute_lane.append(
-            _segment(x + exposed * scale, 4, p.compute_cycles * scale, lane_h - 8, COMPUTE, tip)
+            segment(x + exposed * scale, 4, p.compute_cycles * scale, lane_h - 8, COMPUTE, tip)
         )
         io_start = label_w + (cursor - p.overlapped_cycles) * scale
         io_lane.append(
-            _segment(io_start, lane_h + 4, p.stream_cycles * scale, lane_h - 8, STREAM, tip)
+            segment(io_start, lane_h + 4, p.stream_cycles * scale, lane_h - 8, STREAM, tip)
         )
         cursor += p.cycles
     labels = (
@@ -310,12 +310,3 @@ def phase_timeline(report: CostReport) -> str:
     )
     plot = svg(WIDTH, 2 * lane_h + 4, "phase timeline", labels + "".join(compute_lane + io_lane))
     return legend([("compute", COMPUTE), ("streaming", STREAM)]) + plot
-
-
-def _segment(x: float, y: float, w: float, h: float, colour: str, tip: str) -> str:
-    if w <= 0:
-        return ""
-    return (
-        f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{h}" fill="{colour}">'
-        f"<title>{e(tip)}</title></rect>"
-    )

@@ -8,7 +8,7 @@ import itertools
 
 from ipujax.report import CostReport
 from ipujax.views import metrics as m
-from ipujax.views.html.widgets import WIDTH, e, legend, panel, svg, table
+from ipujax.views.html.widgets import WIDTH, legend, panel, segment, svg, table
 
 FORWARD, BACKWARD, UPDATE = "#3b75af", "#ef8636", "#2a9d8f"
 MAX_DRAWN = 96  # pipeline cycles drawn: the first and last halves of this many
@@ -48,32 +48,24 @@ def _timeline(report: CostReport) -> str:
             f'<text x="{label_w - 6}" y="{y + lane_h / 2 + 4}" font-size="12" '
             f'text-anchor="end">stage {s.stage}</text>'
         )
-    starts = [0]
-    for c in cycles:
-        starts.append(starts[-1] + c)
     for b in blocks:
         colour = FORWARD if b.kind == "forward" else BACKWARD
-        x0 = label_w + (at[b.cycle] + b.start - starts[b.cycle]) * scale
+        x0 = label_w + (at[b.cycle] + b.start - b.cycle_start) * scale
         tip = f"stage {b.stage}: {b.kind} of micro-batch {b.microbatch}, {b.cycles:,} cycles"
-        body.append(_box(x0, b.stage * lane_h + 3, b.cycles * scale, lane_h - 6, colour, tip))
+        body.append(
+            segment(x0, b.stage * lane_h + 3, b.cycles * scale, lane_h - 6, colour, tip, True)
+        )
     for s in report.stages:
         tip = f"stage {s.stage}: update, {s.update_cycles:,} cycles"
         x0 = label_w + x * scale
         body.append(
-            _box(x0, s.stage * lane_h + 3, s.update_cycles * scale, lane_h - 6, UPDATE, tip)
+            segment(
+                x0, s.stage * lane_h + 3, s.update_cycles * scale, lane_h - 6, UPDATE, tip, True
+            )
         )
     height = lane_h * len(report.stages) + 4
     return legend([("forward", FORWARD), ("backward", BACKWARD), ("update", UPDATE)]) + svg(
         WIDTH, height, "pipeline timeline", "".join(body)
-    )
-
-
-def _box(x: float, y: float, w: float, h: float, colour: str, tip: str) -> str:
-    if w <= 0:
-        return ""
-    return (
-        f'<rect x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" height="{h}" fill="{colour}" '
-        f'stroke="white" stroke-width="0.3"><title>{e(tip)}</title></rect>'
     )
 
 

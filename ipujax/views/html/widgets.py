@@ -79,3 +79,19 @@ def card(key: str, value: str, note: str = "", cls: str = "") -> str:
 def legend(items: Sequence[tuple[str, str]]) -> str:
     spans = "".join(f'<span><i style="background:{c}"></i>{e(n)}</span>' for n, c in items)
     return f'<div class="legend">{spans}</div>'
+
+
+def segment(
+    x: float, y: float, w: float, h: float, colour: str, tip: str, outline: bool = False
+) -> str:
+    """A timeline's box with its tooltip; nothing when it has no width. Outlined boxes (many
+    side by side) are drawn at least half a pixel wide."""
+    if w <= 0:
+        return ""
+    if outline:
+        w = max(w, 0.5)
+    edge = ' stroke="white" stroke-width="0.3"' if outline else ""
+    return (
+        f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{h}" fill="{colour}"{edge}>'
+        f"<title>{e(tip)}</title></rect>"
+    )
