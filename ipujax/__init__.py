@@ -23,6 +23,7 @@ from ipujax.errors import (
     UnsupportedOpError,
     VerifyError,
 )
+from ipujax.planning import Plan, Plans, plan
 from ipujax.report import (
     CollectiveCost,
     CostReport,
@@ -49,6 +50,8 @@ __all__ = [
     "OutOfMemoryError",
     "PhaseCost",
     "Pipeline",
+    "Plan",
+    "Plans",
     "ReplicationWarning",
     "ReportError",
     "ShardingError",
@@ -64,6 +67,7 @@ __all__ = [
     "jit",
     "lower",
     "make_mesh",
+    "plan",
 ]
 
 enable_from_environment()

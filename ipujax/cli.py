@@ -5,6 +5,7 @@
     ipujax report show PATH.json [--trace PATH] [--html PATH]
     ipujax report diff A.json B.json
     ipujax fidelity [--only TEXT] [--markdown PATH]
+    ipujax plan SPEC [--system pod16|pod64|pod256|bow|...] [--target bow|mk2|mk1] [--json PATH]
 
 SPEC is `path/to/file.py:NAME` or `package.module:NAME`; NAME is a callable returning
 `(fun, args)` or `(fun, args, jit_kwargs)`. User errors (a bad spec, bad flags, a malformed report,
@@ -177,9 +178,12 @@ def _accepts_mesh(factory: Callable[..., Any]) -> bool:
     )
 
 
-def call_workload(factory: Callable[..., Any], spec: str, mesh: Mesh | None) -> Workload:
-    """Calls the spec's callable (with `mesh=` when given) and checks what it returns."""
-    kwargs = {} if mesh is None else {"mesh": mesh}
+def call_workload(
+    factory: Callable[..., Any], spec: str, mesh: Mesh | None, **extra: Any
+) -> Workload:
+    """Calls the spec's callable (with `mesh=` when given, and `extra` keywords) and checks
+    what it returns."""
+    kwargs = ({} if mesh is None else {"mesh": mesh}) | extra
     try:
         inspect.signature(factory).bind(**kwargs)
     except TypeError:
@@ -352,6 +356,48 @@ def _fidelity(args: argparse.Namespace) -> int:
     return 0 if all(row.within for row in rows) else 1
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from ipujax import planning
+    from ipujax.views.atomic import write_atomic
+    from ipujax.views.plans import render_plans
+
+    planning.system_ipus(args.system)  # bad flags fail before any workload code runs
+    target = parse_target(args.target) if args.target else None
+    factory = load_spec(args.spec)
+    if not _accepts_mesh(factory):
+        raise CliError(
+            f"spec {args.spec!r}: `ipujax plan` builds the workload for each mesh it tries, so "
+            "its callable must take a mesh keyword (see examples/gpt/workloads.py)"
+        )
+
+    def call(mesh: Mesh, **extra: Any) -> tuple:
+        workload = call_workload(factory, args.spec, mesh, **extra)
+        return workload.fun, workload.args, workload.jit_kwargs
+
+    def progress(text: str) -> None:
+        if not args.quiet:
+            print(f"  {text}", file=sys.stderr, flush=True)
+
+    plans = planning.search(
+        planning.workload_model(factory, call),
+        args.system,
+        target,
+        confirm=args.confirm,
+        progress=progress,
+    )
+    console = _console()
+    render_plans(console, plans, args.spec, args.top)
+    if args.json:
+        try:
+            write_atomic(args.json, plans.to_json())
+        except OSError as error:
+            raise CliError(
+                f"cannot write plans to {args.json!r}: {error.strerror or error}"
+            ) from None
+        console.print(f"wrote the ranked plans to {args.json}", style="dim")
+    return 0
+
+
 def _add_outputs(parser: argparse.ArgumentParser, *, json_flag: bool) -> None:
     if json_flag:
         parser.add_argument("--json", metavar="PATH", help="write the cost report as JSON")
@@ -420,6 +466,43 @@ def build_parser() -> argparse.ArgumentParser:
         "--markdown", metavar="PATH", help="write the table as docs/fidelity.md holds it"
     )
     fidelity.set_defaults(run=_fidelity)
+
+    planner = commands.add_parser(
+        "plan",
+        help="search the ways to run a workload on a system and rank them",
+        description="Cost every way to run SPEC's workload on all IPUs of a system (replicas, "
+        "1D/2D tensor parallelism, pipeline stages, phases, recomputation), pruned by memory "
+        "and cost bounds, and print them ranked: those that fit first, fastest first "
+        "(docs/plan.md).",
+    )
+    planner.add_argument(
+        "spec",
+        metavar="SPEC",
+        help="path/to/file.py:NAME or package.module:NAME; NAME(mesh=...) returns (fun, args, "
+        "jit_kwargs) for each mesh tried; a `layers` keyword with an integer default lets the "
+        "search cost shallower copies",
+    )
+    planner.add_argument(
+        "--system",
+        default="pod16",
+        metavar="NAME",
+        help="pod16, pod64, pod128, pod256, bow (a Bow-2000), m2000, ipu, or a number of IPUs "
+        "(default: pod16)",
+    )
+    planner.add_argument("--target", metavar="|".join(TARGETS), help="the IPU (default: bow)")
+    planner.add_argument("--json", metavar="PATH", help="write the ranked plans as JSON")
+    planner.add_argument(
+        "--top", type=int, default=10, metavar="N", help="plans to print (default: 10)"
+    )
+    planner.add_argument(
+        "--confirm",
+        type=int,
+        default=2,
+        metavar="N",
+        help="extrapolated plans compiled whole before the best is trusted (default: 2)",
+    )
+    planner.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    planner.set_defaults(run=_plan)
     return parser
 
 

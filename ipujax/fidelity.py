@@ -415,5 +415,6 @@ _FOOTER = """
 - Graphcore's packed BERT-Large figures (PopART 6,044 and PyTorch 5,592 sequences/s on a Bow
   Pod16, 22,759 and 18,494 on a Bow Pod64, SDK 3.1) count the sequences in packs of up to 3 per
   128 tokens (packing factor about 1.17); the rows above are the unpacked runs.
-- GPT throughput on Pods: needs the plan search (issue 21).
+- GPT throughput on Pods: Graphcore published no GPT-3 175B throughput for its PopXL example,
+  so there is no figure to check; `ipujax plan` ranks the ways to run it (docs/plan.md).
 """

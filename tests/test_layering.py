@@ -138,11 +138,22 @@ def axis_name_literals(path: Path, name: str = "dp") -> list[str]:
     return found
 
 
+def naming_line(path: Path) -> str:
+    """`where:line:` of the one line where the plan search names the axes of the meshes it
+    builds (`MESH_AXES`, the convention the examples' sharding rules read)."""
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("MESH_AXES"):
+            return f"{path.relative_to(ROOT)}:{number}:"
+    raise AssertionError(f"{path} has no MESH_AXES line")
+
+
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_no_module_spells_a_mesh_axis_name(package: str) -> None:
-    """Replica (data-parallel) axes are derived from the shardings, never found by name."""
+    """Replica (data-parallel) axes are derived from the shardings, never found by name. Only
+    the plan search names axes, of meshes it builds, on one line."""
     paths = sorted((ROOT / package).rglob("*.py"))
-    bad = [v for path in paths for v in axis_name_literals(path)]
+    allowed = naming_line(ROOT / "ipujax" / "planning.py")
+    bad = [v for path in paths for v in axis_name_literals(path) if not v.startswith(allowed)]
     assert not bad, "\n".join(bad)
 
 

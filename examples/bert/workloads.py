@@ -17,6 +17,9 @@ count; each factory's module constant by default), and `jit_kwargs["pipeline"]` 
 `ipujax.Pipeline(axis="pp", stages="auto", microbatches=..., recompute=True)`, recomputation
 checkpointed at the stages' boundaries as Graphcore's `recompute_checkpoint_every_layer`.
 
+`bert_base` and `bert_large` take `layers` (the model's depth by default), so that `ipujax plan`
+can cost a shallower copy and extrapolate.
+
 BERT-Base and BERT-Large are shapes only (`jax.ShapeDtypeStruct`s from `jax.eval_shape` on the
 initialisation and the optimizer's init): nothing is allocated, the CLI only costs them. They
 follow Graphcore's PyTorch BERT (graphcore/examples, nlp/bert/pytorch, configs_pretraining.yml,
@@ -159,13 +162,13 @@ def tiny(mesh: Any = None, microbatches: int | None = None) -> tuple:
     return step, (params, opt_state, batch), kwargs
 
 
-def bert_base(mesh: Any = None, microbatches: int | None = None) -> tuple:
+def bert_base(mesh: Any = None, microbatches: int | None = None, layers: int = 12) -> tuple:
     """BERT-Base (110M): 12 layers, d 768, 12 heads, float16, 32 sequences per replica (per
     micro-batch when pipelined, `BASE_MICROBATCHES` of them by default)."""
     config = model.Config(
         vocab=pad_vocab(BERT_VOCAB),
         seq=128,
-        layers=12,
+        layers=layers,
         d_model=768,
         heads=12,
         mask_tokens=20,
@@ -175,14 +178,14 @@ def bert_base(mesh: Any = None, microbatches: int | None = None) -> tuple:
     return training_step(config, 32, mesh, microbatches)
 
 
-def bert_large(mesh: Any = None, microbatches: int | None = None) -> tuple:
+def bert_large(mesh: Any = None, microbatches: int | None = None, layers: int = 24) -> tuple:
     """BERT-Large (335M): 24 layers, d 1024, 16 heads, float16, 8 sequences per replica (per
     micro-batch when pipelined, `LARGE_MICROBATCHES` of them by default: on a Pod16 as
     `--mesh dp=4,pp=4`, 8 x 4 x 2048 = 65,536 sequences per step)."""
     config = model.Config(
         vocab=pad_vocab(BERT_VOCAB),
         seq=128,
-        layers=24,
+        layers=layers,
         d_model=1024,
         heads=16,
         mask_tokens=20,

@@ -24,7 +24,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec as P
 
-KNOWN_AXES = ("dp", "tp", "tp1", "tp2", "ipu")
+KNOWN_AXES = ("dp", "tp", "tp1", "tp2", "pp", "ipu")  # pp: stages, no split
 
 
 def _names(mesh: Any) -> tuple[str, ...]:

@@ -3,6 +3,7 @@
     python examples/gpt/train.py --mesh dp=2,tp=2 --steps 200 --check --plot loss.png
     python examples/gpt/train.py --mesh dp=2,tp1=2,tp2=2 --report step.json
     python examples/gpt/train.py --checkpoint ckpt/ --steps 400 --resume
+    python examples/gpt/train.py --mesh dp=2,pp=2 --pipeline --microbatches 4 --steps 20
 
 The data is byte-level text (vocabulary 256): by default every `*.py` file of the Python
 standard library, concatenated in sorted order, so any machine has it without a download.
@@ -10,7 +11,9 @@ standard library, concatenated in sorted order, so any machine has it without a 
 Every step runs the compiled program on the simulated IPUs (`ipujax.jit`); `--check` runs it with
 `jax.jit` too and fails when the losses differ beyond rounding. The progress bar shows the loss,
 the simulator's tokens/s (wall clock on this CPU) and the simulated IPU system's tokens/s (tokens
-per step / the cost report's seconds per step).
+per step / the cost report's seconds per step). `--pipeline` pipelines the step over the mesh's
+`pp` axis with `ipujax.Pipeline`, one stage per IPU of the axis, the global batch cut into
+`--microbatches` micro-batches (the values are jax.jit's: pipelining reorders work only).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ def _sibling(name: str) -> ModuleType:
 
 model = _sibling("model")
 sharding = _sibling("sharding")
+PIPELINE_AXIS = "pp"  # as workloads.py's
 
 TARGETS = {"bow": ipujax.Target.bow, "mk2": ipujax.Target.mk2, "mk1": ipujax.Target.mk1}
 CHECKPOINT_FILE = "checkpoint.npz"
@@ -123,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="split the batch into N micro-batches and sum their gradients (default 1)",
     )
+    add("--pipeline", action="store_true", help="pipeline the step over the mesh's pp axis")
+    add("--microbatches", type=positive, default=2, help="micro-batches when pipelined (2)")
     add("--steps", type=positive, default=200, help="train until this step (default 200)")
     add("--lr", type=float, default=None, help=f"peak learning rate (default {RUN_FLAGS['lr']})")
     add("--warmup", type=int, default=None, help="linear warmup steps (default 20)")
@@ -306,15 +312,26 @@ def make_optimizer(run: dict[str, Any]) -> Any:
     )
 
 
-def check_batch(run: dict[str, Any], mesh: ipujax.Mesh) -> None:
-    """Each micro-batch splits evenly over the data-parallel replicas."""
+def check_batch(run: dict[str, Any], mesh: ipujax.Mesh, microbatches: int = 1) -> None:
+    """Each micro-batch (of the accumulation, or of the pipeline) splits evenly over the
+    data-parallel replicas."""
     dp = dict(zip(mesh.axis_names, mesh.axis_shapes, strict=True)).get("dp", 1)
-    parts = run["grad_accumulation"] * dp
+    count = run["grad_accumulation"] * microbatches
+    parts = count * dp
     if run["batch"] % parts:
         raise UsageError(
-            f"--batch {run['batch']} does not split into {run['grad_accumulation']} "
+            f"--batch {run['batch']} does not split into {count} "
             f"micro-batches over dp={dp}; use a multiple of {parts}"
         )
+
+
+def pipeline_for(args: argparse.Namespace, mesh: ipujax.Mesh) -> ipujax.Pipeline | None:
+    """`ipujax.Pipeline` over the mesh's pp axis with --pipeline, recomputing each stage."""
+    if not args.pipeline:
+        return None
+    if PIPELINE_AXIS not in mesh.axis_names:
+        raise UsageError(f"--pipeline needs a mesh axis named {PIPELINE_AXIS}")
+    return ipujax.Pipeline(PIPELINE_AXIS, "auto", microbatches=args.microbatches, recompute=True)
 
 
 def phases_for(flag: str, config: Any) -> Any:
@@ -333,15 +350,20 @@ _COMPILED: dict[Any, Any] = {}  # compiled steps, reused by runs in one process 
 
 
 def compile_step(
-    run: dict[str, Any], mesh: ipujax.Mesh, phases: Any, params: Any, opt_state: Any
+    run: dict[str, Any],
+    mesh: ipujax.Mesh,
+    phases: Any,
+    params: Any,
+    opt_state: Any,
+    pipeline: ipujax.Pipeline | None = None,
 ) -> tuple[ipujax.Compiled, Any]:
     """The training step compiled for the mesh, and the same step under jax.jit."""
-    key = (json.dumps(run, sort_keys=True), mesh, json.dumps(phases))
+    key = (json.dumps(run, sort_keys=True), mesh, json.dumps(phases), pipeline)
     if key not in _COMPILED:
         step = model.make_train_step(make_optimizer(run), micro_batches=run["grad_accumulation"])
         tokens = jax.ShapeDtypeStruct((run["batch"], run["seq"] + 1), jnp.int32)
         specs = sharding.train_specs(params, opt_state, mesh)
-        jitted = ipujax.jit(step, mesh=mesh, in_shardings=specs, phases=phases)
+        jitted = ipujax.jit(step, mesh=mesh, in_shardings=specs, phases=phases, pipeline=pipeline)
         _COMPILED[key] = (jitted.lower(params, opt_state, tokens).compile(), jax.jit(step))
     return _COMPILED[key]
 
@@ -413,7 +435,10 @@ def train(args: argparse.Namespace) -> int:
         sharding.strategy(mesh)
     except ValueError as error:
         raise UsageError(f"--mesh {args.mesh}: {error}") from None
-    check_batch(run, mesh)
+    pipeline = pipeline_for(args, mesh)
+    if pipeline is not None and run["grad_accumulation"] > 1:
+        raise UsageError("--pipeline accumulates over its --microbatches; drop --grad-accumulation")
+    check_batch(run, mesh, pipeline.microbatches if pipeline else 1)
     data, where = load_corpus(run["data"])
 
     if resumed:
@@ -428,7 +453,7 @@ def train(args: argparse.Namespace) -> int:
     print(f"model: {config}; mesh: {mesh}; {sharding.strategy(mesh)} sharding")
     t = time.perf_counter()
     compiled, reference = compile_step(
-        run, mesh, phases_for(args.phases, config), params, opt_state
+        run, mesh, phases_for(args.phases, config), params, opt_state, pipeline
     )
     report = compiled.cost_report()
     tokens_per_step = run["batch"] * run["seq"]

@@ -12,6 +12,14 @@ axis names (dp; tp for Megatron 1D; tp1 and tp2 for 2D). Without a mesh, `jit_kw
 The GPT-2 and GPT-3 workloads are shapes only (`jax.ShapeDtypeStruct`s from `jax.eval_shape` on
 the initialisation and the optimizer's init): nothing is allocated, the CLI only costs them.
 Their vocabulary, 50,257, is padded to 50,304 (a multiple of 128), as GPT-2 trainers commonly do.
+
+When the mesh has an axis named `pp`, the step is pipelined over it (one stage per IPU of the
+axis, stages balanced over the `layer{i}` scopes): the batch is also times `microbatches`
+(`MICROBATCHES` by default), and `jit_kwargs["pipeline"]` is
+`ipujax.Pipeline(axis="pp", stages="auto", microbatches=..., recompute=True)`.
+
+The GPT-2 and GPT-3 factories take `layers` (the model's depth by default): `ipujax plan` costs
+a shallower copy and extrapolates, every layer being alike.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+import ipujax
 
 
 def _sibling(name: str) -> ModuleType:
@@ -43,6 +53,9 @@ model = _sibling("model")
 sharding = _sibling("sharding")
 
 GPT2_VOCAB = 50257
+PIPELINE_AXIS = "pp"
+MICROBATCHES = 16  # per step when pipelined: a 4-stage bubble of 3/19, 16%
+TINY_MICROBATCHES = 4
 
 
 def pad_vocab(vocab: int, multiple: int = 128) -> int:
@@ -55,23 +68,48 @@ def _dp(mesh: Any) -> int:
     return dict(zip(mesh.axis_names, mesh.axis_shapes, strict=True)).get("dp", 1)
 
 
-def _jit_kwargs(mesh: Any, params: Any, opt_state: Any, config: Any) -> dict[str, Any]:
+def _pipelined(mesh: Any) -> bool:
+    return mesh is not None and PIPELINE_AXIS in mesh.axis_names
+
+
+def global_batch(mesh: Any, per_replica: int, microbatches: int) -> int:
+    """Per replica times dp, times the micro-batches of a step when the mesh has a `pp` axis."""
+    return per_replica * _dp(mesh) * (microbatches if _pipelined(mesh) else 1)
+
+
+def _jit_kwargs(
+    mesh: Any, params: Any, opt_state: Any, config: Any, microbatches: int = MICROBATCHES
+) -> dict[str, Any]:
     if mesh is None:
         return {}
     sharding.check_divisible(mesh, config.heads)
-    return {"mesh": mesh, "in_shardings": sharding.train_specs(params, opt_state, mesh)}
+    kwargs: dict[str, Any] = {
+        "mesh": mesh,
+        "in_shardings": sharding.train_specs(params, opt_state, mesh),
+    }
+    if _pipelined(mesh):
+        kwargs["pipeline"] = ipujax.Pipeline(
+            PIPELINE_AXIS, "auto", microbatches=microbatches, recompute=True
+        )
+    return kwargs
 
 
 def training_step(
-    config: Any, batch_per_replica: int, mesh: Any = None, remat: bool = False
+    config: Any,
+    batch_per_replica: int,
+    mesh: Any = None,
+    remat: bool = False,
+    microbatches: int = MICROBATCHES,
 ) -> tuple:
     """The training step of `config` with shapes only: (fun, args, jit_kwargs)."""
     optimizer = model.make_optimizer()
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
     opt_state = jax.eval_shape(lambda p: model.init_optimizer(optimizer, p), params)
-    tokens = jax.ShapeDtypeStruct((batch_per_replica * _dp(mesh), config.seq + 1), jnp.int32)
+    batch = global_batch(mesh, batch_per_replica, microbatches)
+    tokens = jax.ShapeDtypeStruct((batch, config.seq + 1), jnp.int32)
     step = model.make_train_step(optimizer, remat)
-    return step, (params, opt_state, tokens), _jit_kwargs(mesh, params, opt_state, config)
+    kwargs = _jit_kwargs(mesh, params, opt_state, config, microbatches)
+    return step, (params, opt_state, tokens), kwargs
 
 
 def tiny(mesh: Any = None) -> tuple:
@@ -81,29 +119,40 @@ def tiny(mesh: Any = None) -> tuple:
     params = model.init(jax.random.key(0), config)
     opt_state = model.init_optimizer(optimizer, params)
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, config.vocab, (4 * _dp(mesh), config.seq + 1), dtype=np.int32)
+    batch = global_batch(mesh, 4, TINY_MICROBATCHES)
+    tokens = rng.integers(0, config.vocab, (batch, config.seq + 1), dtype=np.int32)
     step = model.make_train_step(optimizer)
-    return step, (params, opt_state, tokens), _jit_kwargs(mesh, params, opt_state, config)
+    kwargs = _jit_kwargs(mesh, params, opt_state, config, TINY_MICROBATCHES)
+    return step, (params, opt_state, tokens), kwargs
 
 
-def gpt2_small(mesh: Any = None) -> tuple:
+def gpt2_small(mesh: Any = None, layers: int = 12) -> tuple:
     """GPT-2 small (124M): 12 layers, d 768, 12 heads, 1,024 tokens, 8 sequences per replica."""
-    config = model.Config(vocab=pad_vocab(GPT2_VOCAB), seq=1024, layers=12, d_model=768, heads=12)
+    config = model.Config(
+        vocab=pad_vocab(GPT2_VOCAB), seq=1024, layers=layers, d_model=768, heads=12
+    )
     return training_step(config, 8, mesh)
 
 
-def gpt2_medium(mesh: Any = None) -> tuple:
+def gpt2_medium(mesh: Any = None, layers: int = 24) -> tuple:
     """GPT-2 medium (350M): 24 layers, d 1024, 16 heads, 1,024 tokens, 8 per replica."""
-    config = model.Config(vocab=pad_vocab(GPT2_VOCAB), seq=1024, layers=24, d_model=1024, heads=16)
+    config = model.Config(
+        vocab=pad_vocab(GPT2_VOCAB), seq=1024, layers=layers, d_model=1024, heads=16
+    )
     return training_step(config, 8, mesh)
 
 
-def gpt3_175b(mesh: Any = None) -> tuple:
+def gpt3_175b(mesh: Any = None, layers: int = 96) -> tuple:
     """GPT-3 175B as Graphcore trained it (examples/nlp/gpt3_175B/popxl): 96 layers, d 12,288,
     96 heads, 2,048 tokens, 1 sequence per replica, float16 weights and activations with float32
     optimizer moments, each block recomputed in the backward pass: without that, its activations
     alone would outgrow the streaming memory of a Pod256."""
     config = model.Config(
-        vocab=pad_vocab(GPT2_VOCAB), seq=2048, layers=96, d_model=12288, heads=96, dtype="float16"
+        vocab=pad_vocab(GPT2_VOCAB),
+        seq=2048,
+        layers=layers,
+        d_model=12288,
+        heads=96,
+        dtype="float16",
     )
     return training_step(config, 1, mesh, remat=True)

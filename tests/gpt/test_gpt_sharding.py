@@ -38,7 +38,7 @@ def test_strategy_follows_the_axis_names(gpt: SimpleNamespace) -> None:
     assert sharding.strategy(mesh(dp=2, tp=2)) == "1d"
     assert sharding.strategy(mesh(tp=4)) == "1d"
     assert sharding.strategy(mesh(dp=2, tp1=2, tp2=2)) == "2d"
-    for bad in (mesh(tp=2, tp1=2, tp2=1), mesh(tp1=2), mesh(dp=2, pp=2)):
+    for bad in (mesh(tp=2, tp1=2, tp2=1), mesh(tp1=2), mesh(dp=2, ep=2)):
         with pytest.raises(ValueError):
             sharding.strategy(bad)
 

@@ -142,3 +142,21 @@ def test_stdlib_text_is_the_default_data(gpt: SimpleNamespace) -> None:
     rng = np.random.default_rng(0)
     batch = gpt.train.sample_batch(data, rng, 4, 16)
     assert batch.shape == (4, 17) and batch.dtype == np.int32 and batch.max() < 256
+
+
+def test_pipelined_check_passes(
+    gpt: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--pipeline on dp=2 x pp=2: 2 stages of the tiny GPT's blocks, 2 micro-batches, every
+    step's loss jax.jit's; the report has the two stages."""
+    report = tmp_path / "step.json"
+    flags = ("--mesh", "dp=2,pp=2", "--pipeline", "--microbatches", "2", "--steps", "2")
+    assert run(gpt, *flags, "--check", "--report", str(report)) == 0
+    assert "check passed: 2 steps" in capsys.readouterr().out
+    data = json.loads(report.read_text())
+    assert len(data["stages"]) == 2 and data["microbatches"] == 2
+
+
+def test_pipeline_needs_a_pp_axis(gpt: SimpleNamespace, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(gpt, "--mesh", "dp=2", "--pipeline", "--steps", "1") == 2
+    assert "--pipeline needs a mesh axis named pp" in capsys.readouterr().err

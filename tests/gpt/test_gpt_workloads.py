@@ -66,3 +66,20 @@ def test_tiny_compiles_to_a_cost_report(gpt: SimpleNamespace) -> None:
     assert report.total_cycles > 0 and report.seconds > 0 and report.fits
     assert {("tp",), ("dp",)} <= {c.axes for c in report.collectives}
     assert "total cycles" in report.summary()
+
+
+def test_a_pp_axis_pipelines_the_step(gpt: SimpleNamespace) -> None:
+    """With a pp axis the batch is per replica x dp x micro-batches, under an ipujax.Pipeline."""
+    mesh = ipujax.make_mesh((2, 2), ("dp", "pp"))
+    _, (_, _, tokens), kwargs = gpt.workloads.tiny(mesh=mesh)
+    pipeline = kwargs["pipeline"]
+    assert pipeline.axis == "pp" and pipeline.recompute
+    assert tokens.shape[0] == 4 * 2 * pipeline.microbatches
+
+
+def test_layers_make_a_shallower_copy(gpt: SimpleNamespace) -> None:
+    """`layers` (the depth by default) is what `ipujax plan` extrapolates from."""
+    _, (params, _, _), _ = gpt.workloads.gpt3_175b(layers=2)
+    assert len(params["blocks"]) == 2
+    _, (params, _, _), _ = gpt.workloads.gpt2_small()
+    assert len(params["blocks"]) == 12
