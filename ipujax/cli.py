@@ -265,21 +265,25 @@ def _console() -> Any:
 
 
 def _write_views(report: CostReport, args: argparse.Namespace, console: Any) -> None:
-    from ipujax.views.atomic import write_atomic
-
     outputs: list[tuple[str, str | None, Callable[[], str]]] = [
         ("cost report JSON", getattr(args, "json", None), report.to_json),
         ("Chrome/Perfetto trace", getattr(args, "trace", None), lambda: _trace(report)),
         ("HTML report", getattr(args, "html", None), lambda: _html(report)),
     ]
     for what, path, text in outputs:
-        if path is None:
-            continue
-        try:
-            write_atomic(path, text())
-        except OSError as error:
-            raise CliError(f"cannot write {what} to {path!r}: {error.strerror or error}") from None
-        console.print(f"wrote {what} to {path}", style="dim")
+        if path is not None:
+            _write(what, path, text(), console)
+
+
+def _write(what: str, path: str, text: str, console: Any) -> None:
+    """Writes `text` to `path` atomically; a failure is a user error naming the file."""
+    from ipujax.views.atomic import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as error:
+        raise CliError(f"cannot write {what} to {path!r}: {error.strerror or error}") from None
+    console.print(f"wrote {what} to {path}", style="dim")
 
 
 def _trace(report: CostReport) -> str:
@@ -340,7 +344,6 @@ def _report_diff(args: argparse.Namespace) -> int:
 
 def _fidelity(args: argparse.Namespace) -> int:
     from ipujax import fidelity
-    from ipujax.views.atomic import write_atomic
     from ipujax.views.fidelity import render_fidelity
 
     figures = [f for f in fidelity.FIGURES if (args.only or "").lower() in f.name.lower()]
@@ -351,14 +354,12 @@ def _fidelity(args: argparse.Namespace) -> int:
     console = _console()
     render_fidelity(console, rows)
     if args.markdown:
-        write_atomic(args.markdown, fidelity.document(rows))
-        console.print(f"wrote the table to {args.markdown}")
+        _write("the table", args.markdown, fidelity.document(rows), console)
     return 0 if all(row.within for row in rows) else 1
 
 
 def _plan(args: argparse.Namespace) -> int:
     from ipujax import planning
-    from ipujax.views.atomic import write_atomic
     from ipujax.views.plans import render_plans
 
     planning.system_ipus(args.system)  # bad flags fail before any workload code runs
@@ -388,13 +389,7 @@ def _plan(args: argparse.Namespace) -> int:
     console = _console()
     render_plans(console, plans, args.spec, args.top)
     if args.json:
-        try:
-            write_atomic(args.json, plans.to_json())
-        except OSError as error:
-            raise CliError(
-                f"cannot write plans to {args.json!r}: {error.strerror or error}"
-            ) from None
-        console.print(f"wrote the ranked plans to {args.json}", style="dim")
+        _write("the ranked plans", args.json, plans.to_json(), console)
     return 0
 
 

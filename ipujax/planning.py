@@ -50,7 +50,7 @@ from jax.sharding import PartitionSpec
 from ipujax.api import jit
 from ipujax.errors import ConfigError, IpujaxError
 from ipujax.specs import input_specs
-from partitioner import Mesh, Pipeline, Target, make_mesh
+from partitioner import Mesh, Pipeline, Target, from_spec, make_mesh
 
 # A system by name: its IPUs (docs/target.md, "Systems"); the chip is `target`'s (Bow default).
 SYSTEM_IPUS = {
@@ -68,16 +68,15 @@ SYSTEM_IPUS = {
 # (replicas, Megatron 1D, PopXL 2D, pipeline stages). Only plans name axes: the partitioner finds
 # the replica axes from the shardings, never by name.
 MESH_AXES: tuple[str, str, str, str, str] = ("dp", "tp", "tp1", "tp2", "pp")
-REPLICAS, TENSOR, TENSOR_ROWS, TENSOR_COLUMNS, STAGES = MESH_AXES
-PIPELINE_AXIS = STAGES
+REPLICAS, TENSOR, TENSOR_ROWS, TENSOR_COLUMNS, PIPELINE_AXIS = MESH_AXES
 # The mesh layouts tried, axes outermost first: replicas outermost, as Graphcore laid them, so
 # tensor-parallel groups are neighbouring IPUs.
 LAYOUTS: tuple[tuple[str, ...], ...] = (
     (REPLICAS,),
     (REPLICAS, TENSOR),
     (REPLICAS, TENSOR_ROWS, TENSOR_COLUMNS),
-    (REPLICAS, STAGES),
-    (REPLICAS, STAGES, TENSOR),
+    (REPLICAS, PIPELINE_AXIS),
+    (REPLICAS, PIPELINE_AXIS, TENSOR),
 )
 PROXY_LAYERS = (2, 4)  # depths a layered workload is costed at, then extrapolated
 MICRO_BATCH_SIZES = (1, 2, 4, 8, 16, 32)  # pipelined, per replica: what a plan may cut into
@@ -289,30 +288,18 @@ def meshes(
 # ---- bounds --------------------------------------------------------------------------------------
 
 
-def _per_ipu_bytes(
-    leaves: Sequence[Any], specs: Sequence[PartitionSpec | None], mesh: Mesh
-) -> list[float]:
-    """Each input leaf's bytes on one IPU under its spec (a split divides, the rest replicates)."""
-    sizes = mesh.shape
-    out: list[float] = []
-    for leaf, spec in zip(leaves, specs, strict=True):
-        dtype = getattr(leaf, "dtype", None) or np.asarray(leaf).dtype  # a Python scalar too
-        nbytes = math.prod(np.shape(leaf)) * np.dtype(dtype).itemsize
-        split = 1
-        for entry in spec or ():
-            for axis in (entry,) if isinstance(entry, str) else (entry or ()):
-                split *= sizes.get(axis, 1)
-        out.append(nbytes / split)
-    return out
-
-
 def input_bytes(args: tuple, jit_kwargs: dict[str, Any], mesh: Mesh) -> list[float]:
-    """The inputs' bytes per IPU (a pipeline's split over its stages on average)."""
-    leaves = jax.tree.leaves(args)
+    """Each input's bytes on one IPU, its block under its spec as the partitioner reads it
+    (a pipeline's inputs split over its stages, on average)."""
     specs = input_specs(jit_kwargs.get("in_shardings"), args, {})
-    per_ipu = _per_ipu_bytes(leaves, specs, mesh)
     stages = mesh.shape.get(PIPELINE_AXIS, 1) if jit_kwargs.get("pipeline") else 1
-    return [b / stages for b in per_ipu]
+    out: list[float] = []
+    for i, (leaf, spec) in enumerate(zip(jax.tree.leaves(args), specs, strict=True)):
+        shape = tuple(np.shape(leaf))
+        block = from_spec(spec, shape, mesh.shape, f"input {i}").local_shape(shape, mesh.shape)
+        dtype = getattr(leaf, "dtype", None) or np.asarray(leaf).dtype  # a Python scalar too
+        out.append(math.prod(block) * np.dtype(dtype).itemsize / stages)
+    return out
 
 
 @dataclass(frozen=True)
@@ -328,7 +315,7 @@ class InputBytes:
 
 def memory_bound(candidate: Candidate, inputs: InputBytes, target: Target) -> str | None:
     """Why the plan cannot fit, from its inputs' bytes per IPU alone; None if it may."""
-    chip = target.tiles_per_ipu * target.bytes_per_tile
+    chip = target.bytes_per_ipu
     if candidate.phases:
         if inputs.largest > chip:
             return (
@@ -391,6 +378,7 @@ class _Search:
     model: Model
     target: Target
     compiles: int = 0
+    made: dict[tuple[Any, int | None], Any] = field(default_factory=dict)
     plans: list[Plan] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     progress: Callable[[str], None] | None = None
@@ -415,7 +403,7 @@ class _Search:
     def built(self, candidate: Candidate, layers: int | None) -> tuple[Callable, tuple, dict]:
         """`(fun, args, jit_kwargs)` of the candidate, at `layers` depth (None: full)."""
         mesh = self.mesh(candidate)
-        fun, args, kwargs = self.model.make(mesh, layers)
+        fun, args, kwargs = self.make(candidate, layers)
         kwargs = {**kwargs, "mesh": mesh}
         if candidate.phases:
             kwargs["phases"] = candidate.phases
@@ -433,6 +421,15 @@ class _Search:
             kwargs["pipeline"] = pipeline
         return fun, args, kwargs
 
+    def make(self, candidate: Candidate, layers: int | None) -> tuple[Callable, tuple, dict]:
+        """The model made for the candidate's mesh once per depth: its bounds, its variants
+        (phases, micro-batches, recomputation) and its costing all start from it."""
+        key = (candidate.axes, layers)
+        if key not in self.made:
+            self.made[key] = self.model.make(self.mesh(candidate), layers)
+        made: tuple[Callable, tuple, dict] = self.made[key]
+        return made
+
     def samples(self, args: tuple, kwargs: dict[str, Any]) -> int:
         return samples_per_step(args, kwargs, self.model.batch_argnums)
 
@@ -443,9 +440,9 @@ class _Search:
         for layers in self.depths(candidate):
             try:
                 _, args, kwargs = self.built(candidate, layers)
-            except SKIP_ERRORS as error:
+                per_depth.append(input_bytes(args, kwargs, self.mesh(candidate)))
+            except SKIP_ERRORS as error:  # the rule's refusal, or its specs' (as jax's)
                 return _first_line(error)
-            per_depth.append(input_bytes(args, kwargs, self.mesh(candidate)))
         pipeline = kwargs.get("pipeline")
         totals = [sum(d) for d in per_depth]
         largests = [max(d, default=0.0) for d in per_depth]
@@ -535,7 +532,7 @@ class _Search:
         """Micro-batch counts for a pipelined mesh of a fixed global batch: each replica's batch
         cut into micro-batches of `MICRO_BATCH_SIZES` samples, at least one per stage."""
         try:
-            _, args, kwargs = self.model.make(self.mesh(candidate), None)
+            _, args, kwargs = self.make(candidate, None)
         except SKIP_ERRORS:
             return [None]
         per_replica = self.samples(args, kwargs) // candidate.mesh.get(REPLICAS, 1)
@@ -677,7 +674,7 @@ def data_parallel(mesh: Mesh, args: tuple, batch_argnums: Sequence[int]) -> tupl
     """The default rule: the batch arguments split over `dp` along their leading dimension,
     every other argument whole on every IPU (a pipeline's stages are its named scopes, so `pp`
     needs no spec); a mesh with tensor-parallel axes is not expressible."""
-    others = sorted(set(mesh.axis_names) - {REPLICAS, STAGES})
+    others = sorted(set(mesh.axis_names) - {REPLICAS, PIPELINE_AXIS})
     if others:
         raise ConfigError(
             f"the default rule is data parallel only and cannot use mesh axes {others}; pass "

@@ -31,7 +31,7 @@ from partitioner.pipeline import Built, Options, build
 from partitioner.pipelining import Pipeline, without_axis
 from partitioner.printer import format_program
 from partitioner.program import Program, Superstep, Task
-from partitioner.sharding import Sharding, user_shardings
+from partitioner.sharding import Sharding, from_spec, user_shardings
 from partitioner.target import Target
 from partitioner.tile_rules import TILE_RULES
 
@@ -71,6 +71,7 @@ __all__ = [
     "default_mesh",
     "explain",
     "format_program",
+    "from_spec",
     "fullest_tiles",
     "io_tile_bytes",
     "make_mesh",

@@ -373,7 +373,7 @@ def split_auto(program: Program, target: Target) -> tuple[Program, PhasePlan]:
         program, plan = split_by_names(program, blocks)
     else:
         plan = PhasePlan(("phase 0",), PhaseBounds([(0, len(program.tasks))]))
-        budget = AUTO_SHARE * target.tiles_per_ipu * target.bytes_per_tile
+        budget = AUTO_SHARE * target.bytes_per_ipu
         plan = _cut(program, plan, {0: budget}, target)
     return _fitted(program, plan, target)
 

@@ -167,6 +167,11 @@ class Target:
         return self.io_tiles
 
     @property
+    def bytes_per_ipu(self) -> int:
+        """The chip's tile memory, all tiles together."""
+        return self.tiles_per_ipu * self.bytes_per_tile
+
+    @property
     def matmul_memory_budget(self) -> int:
         """Bytes per tile a matmul plan may use for its operand blocks and partials."""
         return int(self.available_memory_proportion * self.bytes_per_tile)

@@ -54,7 +54,7 @@ def _sibling(name: str) -> ModuleType:
 
 model = _sibling("model")
 sharding = _sibling("sharding")
-PIPELINE_AXIS = "pp"  # as workloads.py's
+workloads = _sibling("workloads")
 
 TARGETS = {"bow": ipujax.Target.bow, "mk2": ipujax.Target.mk2, "mk1": ipujax.Target.mk1}
 CHECKPOINT_FILE = "checkpoint.npz"
@@ -329,9 +329,10 @@ def pipeline_for(args: argparse.Namespace, mesh: ipujax.Mesh) -> ipujax.Pipeline
     """`ipujax.Pipeline` over the mesh's pp axis with --pipeline, recomputing each stage."""
     if not args.pipeline:
         return None
-    if PIPELINE_AXIS not in mesh.axis_names:
-        raise UsageError(f"--pipeline needs a mesh axis named {PIPELINE_AXIS}")
-    return ipujax.Pipeline(PIPELINE_AXIS, "auto", microbatches=args.microbatches, recompute=True)
+    axis = workloads.PIPELINE_AXIS
+    if axis not in mesh.axis_names:
+        raise UsageError(f"--pipeline needs a mesh axis named {axis}")
+    return ipujax.Pipeline(axis, "auto", microbatches=args.microbatches, recompute=True)
 
 
 def phases_for(flag: str, config: Any) -> Any:
