@@ -21,8 +21,9 @@ import ipujax
 
 # Goals; each is printed as met or NOT met beside its figure.
 AGREE_ATOL = 1e-4  # ipujax's outputs against jax.jit's (parameters, Adam's moments, loss)
-RUN_RATIO_GOAL = 1.5  # ipujax warm call / jax.jit warm call
-COMPILE_RATIO_GOAL = 3.0  # ipujax lower + compile + runtime compile / jax.jit lower + compile
+# Issue 20's goals: warm calls at most 1.25x jax.jit's, first calls in a fresh process 1.5x.
+RUN_RATIO_GOAL = 1.25  # ipujax warm call / jax.jit warm call
+COMPILE_RATIO_GOAL = 1.5  # ipujax lower + compile + runtime compile / jax.jit lower + compile
 
 
 @dataclass

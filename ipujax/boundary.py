@@ -4,13 +4,21 @@ Like jax's `api_boundary`, an `IpujaxError` raised anywhere below a public entry
 re-raised from that entry point with its internal traceback dropped, so the user sees their own
 call and the message (which names their file:line). Set IPUJAX_TRACEBACK_FILTERING=off to keep
 the full traceback when debugging ipujax itself.
+
+Each entry point also runs with Python's cyclic garbage collector paused. Lowering and compiling
+build millions of small records that live until the compile ends; with the collector on, each of
+its generation sweeps walked all of them again, a third of GPT-3's compile on a Pod256 (26 s
+against 18 s). Garbage without cycles is still freed at once, and the collector, on again when
+the entry point returns, finds the rest at its next sweep.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from lowering import IpujaxError
@@ -22,10 +30,25 @@ def api_boundary(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with collector_paused():
+                return fn(*args, **kwargs)
         except IpujaxError as error:
             if os.environ.get("IPUJAX_TRACEBACK_FILTERING", "on") == "off":
                 raise
             raise error.with_traceback(None) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off until the block ends (nested blocks: until the
+    outermost ends)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -44,6 +44,11 @@ class Value:
     def __str__(self) -> str:
         return f"%{self.id}"
 
+    def __hash__(self) -> int:
+        # By id alone (equal values have equal ids): every pass keys dicts by values, and
+        # hashing the shape and dtype too cost a tenth of GPT-3's compile.
+        return hash(self.id)
+
 
 def _frozen_attrs(attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(attrs or {}))

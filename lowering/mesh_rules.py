@@ -5,6 +5,7 @@ axis, with the axis's name). Part of `EVAL_RULES`."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -47,6 +48,20 @@ def _all_reduce_eval_rule(
 
 
 def _gathered_reduction(x: Array, axes: tuple[str, ...], reduction: str) -> Array:
+    """The IPUs' values of `x` over `axes` combined. A float sum is a product with a vector of
+    ones: XLA:CPU runs it as a matrix-vector product, which reads the IPUs' values in whatever
+    order XLA laid them out. Added as slices, the sum read them in logical order, and where a
+    matmul had made them transposed (a weight's gradient, its mesh axis in the middle) that
+    read was strided: 12 ms against 1 ms for 8 x 128 x 1024 f32, a third of the 64-IPU GPT
+    step. Integer sums and max/min stay pairwise, exact."""
+    if reduction == "sum" and np.dtype(x.dtype).kind in "fc":
+        gathered = x
+        for axis in axes:  # one axis at a time: under vmap, jax gathers over one
+            gathered = lax.all_gather(gathered, axis)
+        ipus = math.prod(gathered.shape[: len(axes)])
+        gathered = lax.reshape(gathered, (ipus, *x.shape))
+        ones = lax.full((gathered.shape[0],), 1, x.dtype)
+        return lax.dot_general(ones, gathered, (((0,), (0,)), ((), ())))
     parts = [x]
     for axis in axes:
         gathered = [lax.all_gather(p, axis) for p in parts]

@@ -37,13 +37,16 @@ class Layout:
     chunk: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if math.prod(self.shape) != math.prod(self.view):
+        # Checked on every layout the scheduler makes (hundreds of thousands for GPT-3), so
+        # the common cases are cheap: a view that is the shape, no uneven blocks.
+        if self.view is not self.shape and math.prod(self.shape) != math.prod(self.view):
             raise ValueError(f"view {self.view} does not hold shape {self.shape}")
-        if len(self.grid) != len(self.view) or any(g < 1 for g in self.grid):
+        if len(self.grid) != len(self.view) or (self.grid and min(self.grid) < 1):
             raise ValueError(f"grid {self.grid} does not fit view {self.view}")
-        even = tuple(-(-v // g) if v else 0 for v, g in zip(self.view, self.grid, strict=True))
-        if self.chunk and any(c < e for c, e in zip(self.chunk, even, strict=True)):
-            raise ValueError(f"blocks {self.chunk} cannot hold view {self.view} in {self.grid}")
+        if self.chunk:
+            even = (-(-v // g) if v else 0 for v, g in zip(self.view, self.grid, strict=True))
+            if any(c < e for c, e in zip(self.chunk, even, strict=True)):
+                raise ValueError(f"blocks {self.chunk} cannot hold view {self.view} in {self.grid}")
 
     @property
     def block(self) -> tuple[int, ...]:

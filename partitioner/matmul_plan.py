@@ -225,27 +225,30 @@ def _plan(problem: _Problem, target: Target, budget: int | None = None) -> Matmu
     """The fastest split whose temporaries fit `budget` bytes per tile (by default the
     Target's `matmul_memory_budget`); if none fits, the smallest."""
     budget = target.matmul_memory_budget if budget is None else budget
-    batch, rows, cols, depth = problem.batch, problem.rows, problem.cols, problem.depth
+    ranked, smallest = _ranked(problem, target)
+    best = next((plan for plan in ranked if plan.temp_bytes_per_tile <= budget), None)
+    if best is None:
+        return smallest
+    return _stretched(problem, best, target, budget)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ranked(problem: _Problem, target: Target) -> tuple[tuple[MatmulPlan, ...], MatmulPlan]:
+    """Every split of the problem with each serial count, fastest first (then fewest tiles,
+    then the order they are tried in), and the one with the smallest temporaries: what any
+    budget chooses from, evaluated once (fitting phases re-plans under many budgets)."""
     tiles = target.tiles_per_ipu
-    sizes = (batch, rows, cols, depth)
-    best: MatmulPlan | None = None
-    smallest: MatmulPlan | None = None
-    for split in itertools.product(*(_candidates(s, tiles) for s in sizes)):
-        if math.prod(split) > tiles:
-            continue
-        for serial in _serial_candidates(_ceil(depth, split[3])):
-            plan = _evaluate(problem, split, serial, target)
-            if smallest is None or plan.temp_bytes_per_tile < smallest.temp_bytes_per_tile:
-                smallest = plan
-            if plan.temp_bytes_per_tile <= budget and (
-                best is None or (plan.cycles, plan.tiles) < (best.cycles, best.tiles)
-            ):
-                best = plan
-    if best is not None:
-        best = _stretched(problem, best, target, budget)
-    chosen = best or smallest
-    assert chosen is not None  # the all-ones split is always a candidate
-    return chosen
+    sizes = (problem.batch, problem.rows, problem.cols, problem.depth)
+    plans = [
+        _evaluate(problem, split, serial, target)
+        for split in itertools.product(*(_candidates(s, tiles) for s in sizes))
+        if math.prod(split) <= tiles
+        for serial in _serial_candidates(_ceil(problem.depth, split[3]))
+    ]
+    # The all-ones split is always a candidate; min and sorted keep the first of equals.
+    smallest = min(plans, key=lambda plan: plan.temp_bytes_per_tile)
+    ranked = sorted(plans, key=lambda plan: (plan.cycles, plan.tiles))
+    return tuple(ranked), smallest
 
 
 def _stretched(problem: _Problem, plan: MatmulPlan, target: Target, budget: int) -> MatmulPlan:

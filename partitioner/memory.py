@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -137,10 +138,56 @@ def _last_reads(program: Program) -> dict[Value, int]:
     return last
 
 
-def _uses(
-    program: Program, phases: PhaseBounds | None = None
-) -> tuple[dict[Value, int], dict[Value, list[int]], set[Value]]:
+Uses = tuple[dict[Value, int], dict[Value, list[int]], set[Value]]
+
+
+class _LastUses:
+    """The last program's `_uses`, kept for the next question about the same tasks: fitting
+    phases asks several times about one program whose matmuls it re-plans (new tasks, same ops
+    and inputs), and GPT-3's 100,000 tasks take a second each time. Tasks compare by identity;
+    the memo holds them, so an identical one is the same program."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.uses: Uses | None = None
+
+    @staticmethod
+    def _key(program: Program, phases: PhaseBounds | None) -> tuple[Any, ...]:
+        tasks = tuple((t.op, t.inputs, t.aliases) for t in program.tasks)
+        bounds = None if phases is None else tuple(phases.bounds)
+        return (tasks, program.inputs, program.outputs, program.layouts, bounds)
+
+    def get(self, program: Program, phases: PhaseBounds | None) -> Uses:
+        key = self._key(program, phases)
+        if self.key is None or self.uses is None or not _same(key, self.key):
+            self.key, self.uses = key, _uses_of(program, phases)
+        return self.uses
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    (tasks, inputs, outputs, layouts, bounds), (tasks2, inputs2, outputs2, layouts2, bounds2) = a, b
+    return (
+        layouts is layouts2
+        and bounds == bounds2
+        and inputs == inputs2
+        and outputs == outputs2
+        and len(tasks) == len(tasks2)
+        and all(
+            x is y or all(p is q for p, q in zip(x, y, strict=True))
+            for x, y in zip(tasks, tasks2, strict=True)
+        )
+    )
+
+
+_LAST_USES = _LastUses()
+
+
+def _uses(program: Program, phases: PhaseBounds | None = None) -> Uses:
     """Each storage owner's defining task, the tasks that read it, and the constants."""
+    return _LAST_USES.get(program, phases)
+
+
+def _uses_of(program: Program, phases: PhaseBounds | None) -> Uses:
     root = _roots(program, phases)
     made: dict[Value, int] = {}
     reads: dict[Value, list[int]] = {}
@@ -168,6 +215,9 @@ def _spans(first: int, uses: list[int], phases: PhaseBounds | None) -> tuple[tup
         return ((first, end),)
     made_phase = phases.phase_of(first)
     last_task = phases.bounds[-1][1] - 1
+    lo, hi = phases.bounds[made_phase]
+    if end < hi and min(uses, default=first) >= lo:  # read only in the phase that makes it
+        return ((first, end),)
     stored = any(u > last_task or phases.phase_of(u) != made_phase for u in uses)
     uses = [u for u in uses if u <= last_task]
     by_phase: dict[int, tuple[int, int]] = {}
@@ -218,8 +268,15 @@ class PhaseBounds:
     def __init__(self, bounds: list[tuple[int, int]]) -> None:
         self.bounds = bounds
         self._starts = [b[0] for b in bounds]
+        # Each task's phase, looked up rather than searched: the memory sweeps ask millions
+        # of times (GPT-3 on a Pod256).
+        self._of = [p for p, (a, b) in enumerate(bounds) for _ in range(a, b)]
+        if self._of and self._of != sorted(self._of):
+            self._of = []  # bounds out of order: search
 
     def phase_of(self, task: int) -> int:
+        if 0 <= task < len(self._of):
+            return self._of[task]
         return max(0, min(bisect.bisect_right(self._starts, task) - 1, len(self.bounds) - 1))
 
 
@@ -237,26 +294,34 @@ def tile_memory(
     always = _always_live(found, tiles)
     code = code_memory(program, target)
     extra = always + code.total
-    peak = np.zeros(tiles, np.int64)
-    peak_task = np.zeros(tiles, np.int64)
-    phase_peaks: list[int] = []
-    for index, now in _live_by_task(program, found, tiles):
-        higher = now > peak
-        peak = np.where(higher, now, peak)
-        peak_task = np.where(higher, index, peak_task)
+    sweep = _live_by_task(program, found, tiles)
+    extra_here = sweep.segment_max(extra)
+    peak = np.zeros(sweep.segments, np.int64)
+    peak_task = np.zeros(sweep.segments, np.int64)
+    fullest: list[np.ndarray] = []  # per task, its fullest tile's bytes
+    for first, live in sweep.blocks():
+        # The first task of the highest: the peak's task, as a task-by-task sweep finds it.
+        top, at = live.max(axis=0), live.argmax(axis=0)
+        higher = top > peak
+        peak = np.where(higher, top, peak)
+        peak_task = np.where(higher, first + at, peak_task)
         if phases is not None:
-            phase = phases.phase_of(index)
-            if len(phase_peaks) <= phase:
-                phase_peaks.append(0)
-            phase_peaks[phase] = max(phase_peaks[phase], int((now + extra).max()))
+            fullest.append((live + extra_here).max(axis=1))
     return TileMemory(
         always_live=always,
-        not_always_live=peak,
+        not_always_live=sweep.per_tile(peak),
         code_parts=code,
-        peak_task=peak_task,
+        peak_task=sweep.per_tile(peak_task),
         storages=found,
-        phase_peaks=tuple(phase_peaks),
+        phase_peaks=_phase_peaks(fullest, phases),
     )
+
+
+def _phase_peaks(fullest: list[np.ndarray], phases: PhaseBounds | None) -> tuple[int, ...]:
+    if phases is None or not fullest:
+        return ()
+    per_task = np.concatenate(fullest)
+    return tuple(max(0, int(per_task[a:b].max())) for a, b in phases.bounds if b > a)
 
 
 def _always_live(found: tuple[Storage, ...], tiles: int) -> np.ndarray:
@@ -268,22 +333,100 @@ def _always_live(found: tuple[Storage, ...], tiles: int) -> np.ndarray:
     return always
 
 
-def _live_by_task(
-    program: Program, found: tuple[Storage, ...], tiles: int
-) -> Iterator[tuple[int, np.ndarray]]:
-    """Each task's index and the bytes per tile live while it runs: the not-always-live
-    storages whose spans hold it, and its temporaries."""
-    starts, ends = _events(found, len(program.tasks))
-    live = np.zeros(tiles, np.int64)
-    for index, task in enumerate(program.tasks):
-        for item in starts.get(index, ()):
-            _apply(live, item, +1)
-        now = live.copy()
-        for temp in task.temporaries:
-            now[temp.start : temp.start + temp.tiles] += temp.bytes_per_tile
-        yield index, now
-        for item in ends.get(index, ()):
-            _apply(live, item, -1)
+def _live_by_task(program: Program, found: tuple[Storage, ...], tiles: int) -> _Sweep:
+    """The bytes per tile live while each task runs: the not-always-live storages whose spans
+    hold it, and its temporaries."""
+    count = len(program.tasks)
+    return _Sweep(count, tiles, _storage_events(found, count), _temporary_events(program))
+
+
+class _Sweep:
+    """Live bytes by task and tile, from difference arrays rather than a task-by-task sweep: a
+    storage adds its bytes per tile at (first task of its span, first tile) and takes them away
+    one past the last of each; cumulative sums over tasks, then tiles, give every task's bytes.
+
+    Tiles are taken in segments, the runs between the tiles where some tensor starts or stops
+    (every tile of a segment holds the same bytes), and tasks in blocks, which keeps the arrays
+    small whatever the program's length (GPT-3 on a Pod256: 100,000 tasks, a few hundred
+    segments of 1,472 tiles)."""
+
+    _BLOCK = 256  # tasks per block
+
+    def __init__(self, count: int, tiles: int, storage: _Events, temporary: _Events) -> None:
+        self.count = count
+        cuts = np.concatenate([storage[1], temporary[1], [0, tiles]])
+        self.bounds = np.unique(np.clip(cuts, 0, tiles))  # segment starts, then `tiles`
+        self.segments = len(self.bounds) - 1
+        self._storage = self._in_segments(storage)
+        self._temporary = self._in_segments(temporary)
+
+    def _in_segments(self, events: _Events) -> _Events:
+        rows, cols, amounts = events
+        tiles = self.bounds[-1]
+        return rows, np.searchsorted(self.bounds, np.clip(cols, 0, tiles)), amounts
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first task, [tasks, segments] live bytes) for consecutive blocks of tasks."""
+        carry = np.zeros(self.segments + 1, np.int64)  # live bytes' segment differences so far
+        for first in range(0, self.count, self._BLOCK):
+            stop = min(self.count, first + self._BLOCK)
+            block = self._differences(self._storage, first, stop)
+            block[0] += carry
+            np.cumsum(block, axis=0, out=block)
+            carry = block[-1].copy()
+            block += self._differences(self._temporary, first, stop)
+            yield first, np.cumsum(block[:, : self.segments], axis=1)
+
+    def _differences(self, events: _Events, first: int, stop: int) -> np.ndarray:
+        rows, cols, amounts = events
+        lo, hi = np.searchsorted(rows, [first, stop])
+        block = np.zeros((stop - first, self.segments + 1), np.int64)
+        np.add.at(block, (rows[lo:hi] - first, cols[lo:hi]), amounts[lo:hi])
+        return block
+
+    def per_tile(self, values: np.ndarray) -> np.ndarray:
+        """Per-segment values (the last axis) spread over the segment's tiles."""
+        return np.repeat(values, np.diff(self.bounds), axis=-1)
+
+    def segment_max(self, per_tile: np.ndarray) -> np.ndarray:
+        """The largest of each segment's tiles' values."""
+        return np.maximum.reduceat(per_tile, self.bounds[:-1])
+
+
+_Events = tuple[np.ndarray, np.ndarray, np.ndarray]  # (task, tile, bytes), sorted by task
+
+
+def _storage_events(found: tuple[Storage, ...], count: int) -> _Events:
+    """Changes of the live bytes' tile differences: each span adds its storage's bytes from its
+    first task and removes them after its last."""
+    spans = [
+        (a, min(b, count - 1) + 1, s.layout.start, s.layout.stop, s.bytes_per_tile)
+        for s in found
+        if not s.always_live
+        for a, b in s.spans
+    ]
+    first, after, start, stop, size = np.array(spans, np.int64).reshape(-1, 5).T
+    rows = np.concatenate([first, first, after, after])
+    cols = np.concatenate([start, stop, start, stop])
+    amounts = np.concatenate([size, -size, -size, size])
+    return _by_task(rows, cols, amounts)
+
+
+def _temporary_events(program: Program) -> _Events:
+    """Tile differences of each task's temporaries, during that task only."""
+    temps = [
+        (index, temp.start, temp.start + temp.tiles, temp.bytes_per_tile)
+        for index, task in enumerate(program.tasks)
+        for temp in task.temporaries
+    ]
+    task, start, stop, size = np.array(temps, np.int64).reshape(-1, 4).T
+    rows = np.concatenate([task, task])
+    return _by_task(rows, np.concatenate([start, stop]), np.concatenate([size, -size]))
+
+
+def _by_task(rows: np.ndarray, cols: np.ndarray, amounts: np.ndarray) -> _Events:
+    order = np.argsort(rows, kind="stable")
+    return rows[order], cols[order], amounts[order]
 
 
 def task_excess(
@@ -298,10 +441,13 @@ def task_excess(
     base = _always_live(found, target.tiles_per_ipu) + code_memory(program, target).total
     if extra is not None:
         base = base + extra
-    return [
-        max(0, int((now + base).max()) - target.bytes_per_tile)
-        for _, now in _live_by_task(program, found, target.tiles_per_ipu)
-    ]
+    sweep = _live_by_task(program, found, target.tiles_per_ipu)
+    base_here = sweep.segment_max(base)
+    excess: list[int] = []
+    for _, live in sweep.blocks():
+        fullest = (live + base_here).max(axis=1) - target.bytes_per_tile
+        excess += np.maximum(fullest, 0).tolist()
+    return excess
 
 
 def region_bytes(program: Program, target: Target) -> np.ndarray:
@@ -309,31 +455,16 @@ def region_bytes(program: Program, target: Target) -> np.ndarray:
     but its inputs and the values it captures, which the program around it holds."""
     tiles = target.tiles_per_ipu
     found = storages(program)
-    own = np.zeros(tiles, np.int64)
-    for _, now in _live_by_task(program, found, tiles):
-        np.maximum(own, now, out=own)
+    sweep = _live_by_task(program, found, tiles)
+    most = np.zeros(sweep.segments, np.int64)
+    for _, live in sweep.blocks():
+        np.maximum(most, live.max(axis=0), out=most)
+    own = sweep.per_tile(most)
     inputs = set(program.inputs)
     for s in found:
         if s.always_live and s.value not in inputs:
             own[s.layout.start : s.layout.stop] += s.bytes_per_tile
     return own
-
-
-def _events(found: tuple[Storage, ...], tasks: int) -> tuple[dict, dict]:
-    """Storages by the task their spans start at and end at."""
-    starts: dict[int, list[Storage]] = {}
-    ends: dict[int, list[Storage]] = {}
-    for s in found:
-        if s.always_live:
-            continue
-        for a, b in s.spans:
-            starts.setdefault(a, []).append(s)
-            ends.setdefault(min(b, tasks - 1), []).append(s)
-    return starts, ends
-
-
-def _apply(live: np.ndarray, item: Storage, sign: int) -> None:
-    live[item.layout.start : item.layout.stop] += sign * item.bytes_per_tile
 
 
 def _describe(value: Value, graph: Graph, producers: dict[Value, Op]) -> str:

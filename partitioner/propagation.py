@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from lowering import Graph, Op, Value
 from partitioner.factor_rules import FACTOR_RULES, Factors, project
@@ -39,30 +40,37 @@ class Propagated:
 
 def _candidates(
     op: Op, factors: Factors, known: Mapping[Value, Sharding], fixed: set[Value]
-) -> list[tuple[tuple[int, int, int], int, Axes]]:
-    """(priority, factor, axes) for every known tensor dim that maps to a factor."""
+) -> list[tuple[tuple[int, int, int, int], int, Axes]]:
+    """(priority, factor, axes) for every known tensor dim that maps to a factor, highest
+    priority first: fixed tensors, then non-reduction factors, then larger tensors, then the
+    factor's number (ties keep the tensors' order)."""
     found = []
-    tensors = list(zip(op.operands, factors.operands, strict=True))
-    tensors += list(zip(op.results, factors.results, strict=True))
+    reduction = factors.reduction
+    tensors = (
+        *zip(op.operands, factors.operands, strict=True),
+        *zip(op.results, factors.results, strict=True),
+    )
     for value, dims in tensors:
         sharding = known.get(value)
         if sharding is None:
             continue
+        split = sharding.dims
+        origin = 0 if value in fixed else 1
         for dim, factor in enumerate(dims):
-            if factor is not None and sharding.dims[dim]:
-                rank = (
-                    0 if value in fixed else 1,
-                    1 if factor in factors.reduction else 0,
-                    -value.size,
-                )
-                found.append((rank, factor, sharding.dims[dim]))
-    return sorted(found, key=lambda c: (c[0][0], c[0][1], c[0][2], c[1]))
+            if factor is not None and split[dim]:
+                rank = (origin, 1 if factor in reduction else 0, -value.size, factor)
+                found.append((rank, factor, split[dim]))
+    found.sort(key=itemgetter(0))
+    return found
 
 
 def decide_factors(
     op: Op, factors: Factors, known: Mapping[Value, Sharding], fixed: set[Value]
 ) -> tuple[Axes, ...]:
     chosen: list[Axes] = [()] * len(factors.sizes)
+    candidates = _candidates(op, factors, known, fixed)
+    if not candidates:
+        return tuple(chosen)
     # An axis may split only one dim of a tensor (a partial sum counts as a use of its axes),
     # so axes are checked per tensor: the operands of a barrier are independent of each other.
     tensors = [{f for f in dims if f is not None} for dims in factors.operands]
@@ -71,7 +79,7 @@ def decide_factors(
     ]
     used: list[set[str]] = [set() for _ in tensors]
     skipped: dict[tuple[int, Axes], None] = {}  # in order, each once
-    for rank, factor, axes in _candidates(op, factors, known, fixed):
+    for rank, factor, axes in candidates:
         holders = [i for i, fs in enumerate(tensors) if factor in fs]
         if chosen[factor] or any(used[i] & set(axes) for i in holders):
             if rank[0] == 0 and factor in factors.reduction and not chosen[factor]:
@@ -143,6 +151,7 @@ class _State:
     factors: dict[Op, Factors]
     changed_at: dict[Value, int] = field(default_factory=dict)
     visited_at: dict[Op, int] = field(default_factory=dict)
+    decided: dict[Op, tuple[Axes, ...]] = field(default_factory=dict)  # at the last visit
     clock: int = 0
 
     def stale(self, op: Op) -> bool:
@@ -162,6 +171,7 @@ def _sweep(ops: list[Op], state: _State) -> bool:
         state.visited_at[op] = state.clock
         factors = state.factors[op]
         axes = decide_factors(op, factors, known, fixed)
+        state.decided[op] = axes
         tensors = list(zip(op.operands, factors.operands, strict=True))
         tensors += list(zip(op.results, factors.results, strict=True))
         for value, dims in tensors:
@@ -222,7 +232,14 @@ def propagate_shardings(
         if value not in known:
             known[value] = Sharding.replicated(len(value.shape))
             origins[value] = "replicated: no sharding reaches it"
-    op_factors = {op: decide_factors(op, state.factors[op], known, fixed) for op in graph.ops}
+    # An op none of whose tensors changed since its last visit decides as it did then (values
+    # nothing reached are replicated now, which offers no axes); the others decide again.
+    op_factors = {
+        op: state.decided[op]
+        if not state.stale(op)
+        else decide_factors(op, state.factors[op], known, fixed)
+        for op in graph.ops
+    }
     return Propagated(known, origins, op_factors, state.factors)
 
 

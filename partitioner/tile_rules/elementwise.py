@@ -20,7 +20,9 @@ def elementwise_tile_rule(
     result = op.results[0]
     if any(v.shape not in (result.shape, ()) for v in op.operands):
         return whole_tensor_tile_rule(op, inputs, layouts, ctx)
-    out = dataclasses.replace(_elementwise_layout(op, layouts, ctx), shape=result.shape)
+    out = _elementwise_layout(op, layouts, ctx)
+    if out.shape != result.shape:  # an operand of the same size seen as another shape
+        out = dataclasses.replace(out, shape=result.shape)
 
     def kernel(*arrays: Array) -> tuple[Array, ...]:
         # Each tile applies the op to its block: over all tiles, the op on the whole tensor.

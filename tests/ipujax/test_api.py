@@ -368,3 +368,18 @@ def test_donated_arguments_are_consumed_as_in_jax() -> None:
         x = jnp.ones(4, jnp.float32)
         np.testing.assert_array_equal(jitted(x), np.full(4, 2.0, np.float32))
         assert x.is_deleted()  # the buffer went to the output, as jax does on this backend
+
+
+def test_arguments_of_the_graphs_dtypes_pass_as_they_are_and_weak_types_are_cast() -> None:
+    """A jax array already of the input's dtype goes in as it is; a weakly typed one (a Python
+    scalar made an array) is cast, as jax.jit casts it, and gives the same numbers."""
+
+    def f(x: jax.Array, y: jax.Array) -> jax.Array:
+        return x * y + 1
+
+    x = jnp.arange(4, dtype=jnp.float32)
+    weak = jnp.asarray(2.5)
+    assert weak.weak_type
+    step = ipujax.jit(f)
+    np.testing.assert_array_equal(step(x, weak), jax.jit(f)(x, weak))
+    np.testing.assert_array_equal(step(x, jnp.float32(2.5)), jax.jit(f)(x, weak))
