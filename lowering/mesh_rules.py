@@ -54,18 +54,15 @@ def _gathered_reduction(x: Array, axes: tuple[str, ...], reduction: str) -> Arra
     matmul had made them transposed (a weight's gradient, its mesh axis in the middle) that
     read was strided: 12 ms against 1 ms for 8 x 128 x 1024 f32, a third of the 64-IPU GPT
     step. Integer sums and max/min stay pairwise, exact."""
+    gathered = x
+    for axis in axes:  # one axis at a time: under vmap, jax gathers over one
+        gathered = lax.all_gather(gathered, axis)
+    ipus = math.prod(gathered.shape[: len(axes)])
+    gathered = lax.reshape(gathered, (ipus, *x.shape))  # [every IPU's value, ...]
     if reduction == "sum" and np.dtype(x.dtype).kind in "fc":
-        gathered = x
-        for axis in axes:  # one axis at a time: under vmap, jax gathers over one
-            gathered = lax.all_gather(gathered, axis)
-        ipus = math.prod(gathered.shape[: len(axes)])
-        gathered = lax.reshape(gathered, (ipus, *x.shape))
-        ones = lax.full((gathered.shape[0],), 1, x.dtype)
+        ones = lax.full((ipus,), 1, x.dtype)
         return lax.dot_general(ones, gathered, (((0,), (0,)), ((), ())))
-    parts = [x]
-    for axis in axes:
-        gathered = [lax.all_gather(p, axis) for p in parts]
-        parts = [g[i] for g in gathered for i in range(len(g))]
+    parts = [gathered[i] for i in range(ipus)]
     combine = _COMBINE[reduction]
     while len(parts) > 1:  # pairwise, as a tree
         pairs = [combine(a, b) for a, b in zip(parts[::2], parts[1::2], strict=False)]

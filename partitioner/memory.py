@@ -12,10 +12,9 @@ bytes, the largest tensors there and the remedies.
 
 from __future__ import annotations
 
-import bisect
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -141,53 +140,11 @@ def _last_reads(program: Program) -> dict[Value, int]:
 Uses = tuple[dict[Value, int], dict[Value, list[int]], set[Value]]
 
 
-class _LastUses:
-    """The last program's `_uses`, kept for the next question about the same tasks: fitting
-    phases asks several times about one program whose matmuls it re-plans (new tasks, same ops
-    and inputs), and GPT-3's 100,000 tasks take a second each time. Tasks compare by identity;
-    the memo holds them, so an identical one is the same program."""
-
-    def __init__(self) -> None:
-        self.key: tuple[Any, ...] | None = None
-        self.uses: Uses | None = None
-
-    @staticmethod
-    def _key(program: Program, phases: PhaseBounds | None) -> tuple[Any, ...]:
-        tasks = tuple((t.op, t.inputs, t.aliases) for t in program.tasks)
-        bounds = None if phases is None else tuple(phases.bounds)
-        return (tasks, program.inputs, program.outputs, program.layouts, bounds)
-
-    def get(self, program: Program, phases: PhaseBounds | None) -> Uses:
-        key = self._key(program, phases)
-        if self.key is None or self.uses is None or not _same(key, self.key):
-            self.key, self.uses = key, _uses_of(program, phases)
-        return self.uses
-
-
-def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    (tasks, inputs, outputs, layouts, bounds), (tasks2, inputs2, outputs2, layouts2, bounds2) = a, b
-    return (
-        layouts is layouts2
-        and bounds == bounds2
-        and inputs == inputs2
-        and outputs == outputs2
-        and len(tasks) == len(tasks2)
-        and all(
-            x is y or all(p is q for p, q in zip(x, y, strict=True))
-            for x, y in zip(tasks, tasks2, strict=True)
-        )
-    )
-
-
-_LAST_USES = _LastUses()
-
-
-def _uses(program: Program, phases: PhaseBounds | None = None) -> Uses:
-    """Each storage owner's defining task, the tasks that read it, and the constants."""
-    return _LAST_USES.get(program, phases)
-
-
-def _uses_of(program: Program, phases: PhaseBounds | None) -> Uses:
+def value_uses(program: Program, phases: PhaseBounds | None = None) -> Uses:
+    """Each storage owner's defining task, the tasks that read it, and the constants. They
+    depend on the tasks' ops, not on their plans: a caller that asks `tile_memory` again about
+    a program whose matmuls it re-planned passes them back (`uses=`) rather than paying a
+    pass over every task again (a second for GPT-3's 100,000)."""
     root = _roots(program, phases)
     made: dict[Value, int] = {}
     reads: dict[Value, list[int]] = {}
@@ -239,10 +196,12 @@ def storages(
     phases: PhaseBounds | None = None,
     kept: frozenset[Value] = frozenset(),
     ways: Mapping[Value, int] | None = None,
+    uses: Uses | None = None,
 ) -> tuple[Storage, ...]:
     """Every owned tensor's storage; `kept` activations stay on chip from the task that makes
-    them to their last reader even across phases, and `ways` holds some as shards."""
-    made, reads, constants = _uses(program, phases)
+    them to their last reader even across phases, and `ways` holds some as shards. `uses` is
+    `value_uses(program, phases)` when the caller has it."""
+    made, reads, constants = uses if uses is not None else value_uses(program, phases)
     inputs = set(program.inputs)
     owners = {v for v in program.layouts if v in made or v in inputs}
     ways = ways or {}
@@ -250,10 +209,10 @@ def storages(
     for value in owners:
         always = value in constants or (value in inputs and phases is None)
         if value in inputs:
-            uses = reads.get(value, [])
-            first = min(uses, default=0)
-            spans = _spans(first, uses, phases) if phases is not None else ((0, 0),)
-            if phases is not None and not uses:
+            read_at = reads.get(value, [])
+            first = min(read_at, default=0)
+            spans = _spans(first, read_at, phases) if phases is not None else ((0, 0),)
+            if phases is not None and not read_at:
                 spans = ()
         else:
             first = made[value]
@@ -266,18 +225,17 @@ class PhaseBounds:
     """Task ranges of phases, `bounds[i] = (start, stop)`, in order and covering all tasks."""
 
     def __init__(self, bounds: list[tuple[int, int]]) -> None:
+        assert all(a == b for (_, a), (b, _) in itertools.pairwise([(0, 0), *bounds])), bounds
         self.bounds = bounds
-        self._starts = [b[0] for b in bounds]
-        # Each task's phase, looked up rather than searched: the memory sweeps ask millions
-        # of times (GPT-3 on a Pod256).
+        # Each task's phase by table: the memory sweeps ask millions of times (GPT-3 on a
+        # Pod256).
         self._of = [p for p, (a, b) in enumerate(bounds) for _ in range(a, b)]
-        if self._of and self._of != sorted(self._of):
-            self._of = []  # bounds out of order: search
 
     def phase_of(self, task: int) -> int:
-        if 0 <= task < len(self._of):
-            return self._of[task]
-        return max(0, min(bisect.bisect_right(self._starts, task) - 1, len(self.bounds) - 1))
+        """The phase of `task`; before the first, the first; past the last, the last."""
+        if task >= len(self._of):
+            return max(0, len(self.bounds) - 1)
+        return self._of[task] if task >= 0 else 0
 
 
 def tile_memory(
@@ -286,11 +244,13 @@ def tile_memory(
     phases: PhaseBounds | None = None,
     kept: frozenset[Value] = frozenset(),
     ways: Mapping[Value, int] | None = None,
+    uses: Uses | None = None,
 ) -> TileMemory:
     """Per-tile memory by a sweep over tasks: each storage is added when its span starts and
-    removed after it ends; each task's temporaries count during that task only."""
+    removed after it ends; each task's temporaries count during that task only. `uses` is
+    `value_uses(program, phases)` when the caller has it."""
     tiles = target.tiles_per_ipu
-    found = storages(program, phases, kept, ways)
+    found = storages(program, phases, kept, ways, uses)
     always = _always_live(found, tiles)
     code = code_memory(program, target)
     extra = always + code.total

@@ -39,7 +39,7 @@ from typing import Any
 
 from lowering import Value
 from partitioner.errors import ConfigError
-from partitioner.memory import PhaseBounds, tile_memory
+from partitioner.memory import PhaseBounds, tile_memory, value_uses
 from partitioner.program import Program, Task
 from partitioner.target import Target
 from partitioner.tile_rules.matmul import with_less_memory
@@ -388,8 +388,10 @@ def _fitted(
     # A phase's matmuls are re-planned again while that keeps shrinking its excess.
     shrunk: dict[int, int] = {}
     views = _views(program)
+    # Re-planning keeps every task's op, so the values' uses hold until phases are cut.
+    uses = value_uses(program, plan.bounds)
     for _ in range(rounds):
-        peaks = tile_memory(program, target, plan.bounds).phase_peaks
+        peaks = tile_memory(program, target, plan.bounds, uses=uses).phase_peaks
         over = {
             p: peak - target.bytes_per_tile
             for p, peak in enumerate(peaks)
@@ -410,6 +412,7 @@ def _fitted(
         if not budgets:
             break
         plan = _cut(program, plan, budgets, target)
+        uses = value_uses(program, plan.bounds)
         shrunk = {}
     return program, plan
 

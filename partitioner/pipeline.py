@@ -49,7 +49,7 @@ from partitioner.cost.streaming import (
 )
 from partitioner.cost.summary import StepCost, step_cost
 from partitioner.errors import OutOfMemoryError
-from partitioner.memory import TileMemory, check_memory, tile_memory
+from partitioner.memory import TileMemory, check_memory, tile_memory, value_uses
 from partitioner.mesh import Mesh
 from partitioner.partition import Partitioned, partition
 from partitioner.phases import PhasePlan, compute_target, phased_hint, split_phases
@@ -192,13 +192,14 @@ def phased_memory(
     if plan is None:
         return tile_memory(program, target), frozenset()
     ways = dict.fromkeys(sharded.shard_values, sharded.replicas)
-    first = tile_memory(program, target, plan.bounds, ways=ways)
+    uses = value_uses(program, plan.bounds)
+    first = tile_memory(program, target, plan.bounds, ways=ways, uses=uses)
     kept = keep_on_chip(
         program, first.storages, plan.bounds, first.phase_peaks, target.bytes_per_tile
     )
     if not kept:
         return first, kept
-    return tile_memory(program, target, plan.bounds, kept, ways), kept
+    return tile_memory(program, target, plan.bounds, kept, ways, uses), kept
 
 
 def cost_step(
