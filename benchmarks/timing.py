@@ -23,7 +23,7 @@ import ipujax
 AGREE_ATOL = 1e-4  # ipujax's outputs against jax.jit's (parameters, Adam's moments, loss)
 # Issue 20's goals: warm calls at most 1.25x jax.jit's, first calls in a fresh process 1.5x.
 RUN_RATIO_GOAL = 1.25  # ipujax warm call / jax.jit warm call
-COMPILE_RATIO_GOAL = 1.5  # ipujax lower + compile + runtime compile / jax.jit lower + compile
+FIRST_CALL_RATIO_GOAL = 1.5  # ipujax lower + compile + first call / jax.jit's the same
 
 
 @dataclass
@@ -60,17 +60,19 @@ class MeshRun:
         return statistics.median(self.ipujax_first) - self.ipujax_median
 
     @property
-    def ipujax_compile_total(self) -> float:
+    def ipujax_first_call(self) -> float:
+        """lower + compile + the first call: what a fresh `ipujax.jit(f)(*args)` takes."""
         median = statistics.median
-        return median(self.ipujax_lower) + median(self.ipujax_compile) + self.runtime_compile
+        return median(self.ipujax_lower) + median(self.ipujax_compile) + median(self.ipujax_first)
 
     @property
-    def compile_ratio(self) -> float:
-        return self.ipujax_compile_total / statistics.median(self.jax_compile)
+    def jax_first_call(self) -> float:
+        """lower + compile + the first call: what a fresh `jax.jit(f)(*args)` takes."""
+        return statistics.median(self.jax_compile) + statistics.median(self.jax_first)
 
     @property
-    def jax_first_extra(self) -> float:
-        return statistics.median(self.jax_first) - self.jax_median
+    def first_call_ratio(self) -> float:
+        return self.ipujax_first_call / self.jax_first_call
 
 
 def compile_both(step: GptStep, mesh: ipujax.Mesh, result: MeshRun) -> tuple[Any, Any]:
@@ -165,47 +167,52 @@ def compile_section(runs: Sequence[MeshRun], compiles: int) -> Section:
         "mesh",
         "ipujax lower s",
         "compile s",
-        "runtime XLA s",
+        "first call s",
+        "of which runtime XLA s",
         "ipujax total s",
-        "jax.jit s",
+        "jax.jit compile s",
+        "first call s",
+        "jax.jit total s",
         "ratio",
-        f"goal <= {COMPILE_RATIO_GOAL:g}",
-        "jax 1st call extra s",
+        f"goal <= {FIRST_CALL_RATIO_GOAL:g}",
     )
+    median = statistics.median
     rows = [
         (
             r.mesh.label,
-            f"{statistics.median(r.ipujax_lower):.2f}",
-            f"{statistics.median(r.ipujax_compile):.2f}",
+            f"{median(r.ipujax_lower):.2f}",
+            f"{median(r.ipujax_compile):.2f}",
+            f"{median(r.ipujax_first):.2f}",
             f"{r.runtime_compile:.2f}",
-            f"{r.ipujax_compile_total:.2f}",
-            f"{statistics.median(r.jax_compile):.2f}",
-            f"{r.compile_ratio:.2f}",
-            goal(r.compile_ratio <= COMPILE_RATIO_GOAL),
-            f"{r.jax_first_extra:.2f}",
+            f"{r.ipujax_first_call:.2f}",
+            f"{median(r.jax_compile):.2f}",
+            f"{median(r.jax_first):.2f}",
+            f"{r.jax_first_call:.2f}",
+            f"{r.first_call_ratio:.2f}",
+            goal(r.first_call_ratio <= FIRST_CALL_RATIO_GOAL),
         )
         for r in runs
     ]
     meaning = (
-        f"Seconds, the median of {compiles} compiles of each side per mesh, the two sides "
-        "alternating, jax's start-up paid beforehand and each compile of a fresh step function "
-        "(so that none reuses another's trace or executable). "
-        "ipujax total = lower + compile + runtime XLA: `jitted.lower(*args)` (trace to "
-        "StableHLO, import to ipujax's IR, check the shardings), `.compile()` (propagate and "
-        "partition over the mesh, tile layouts and supersteps, memory and cost report, build the "
-        "runtime's jax function) and the first call minus the median warm call (the runtime's "
-        "own jax.jit trace and XLA compile of the tile program, which happen lazily at the first "
-        "call). jax.jit = `jax.jit(step).lower(*args).compile()`: trace, StableHLO and XLA's "
-        "CPU compile. ratio = ipujax total / jax.jit. jax 1st call extra: how much longer the "
-        "first call of jax's compiled executable took than its median warm call; it is not "
-        "counted in jax.jit's figure (ipujax's first-call overhead is in its runtime XLA figure)."
+        f"Seconds to a fresh step function's first result, the median of {compiles} compiles "
+        "of each side per mesh, the two sides alternating, jax's start-up paid beforehand and "
+        "each compile of a fresh step function (so that none reuses another's trace or "
+        "executable). ipujax total = lower + compile + first call: `jitted.lower(*args)` "
+        "(trace to StableHLO, import to ipujax's IR, check the shardings), `.compile()` "
+        "(propagate and partition over the mesh, tile layouts and supersteps, memory and cost "
+        "report, build the runtime's jax function) and the first call, which traces the "
+        "runtime's jax function, has XLA compile the tile program and runs it once (of which "
+        "runtime XLA: the first call minus the median warm call). jax.jit total = "
+        "`jax.jit(step).lower(*args).compile()` (trace, StableHLO and XLA's CPU compile) + the "
+        "first call of that executable. ratio = ipujax total / jax.jit total: both sides are "
+        "what `f(*args)` takes the first time."
     )
     goals = tuple(
         (
-            f"compile time ratio, {r.mesh.label}: {r.compile_ratio:.2f}",
-            r.compile_ratio <= COMPILE_RATIO_GOAL,
+            f"first call ratio, {r.mesh.label}: {r.first_call_ratio:.2f}",
+            r.first_call_ratio <= FIRST_CALL_RATIO_GOAL,
         )
         for r in runs
     )
-    title = "Compile time: ipujax (lower + compile + runtime compile) against jax.jit"
+    title = "First call: ipujax (lower + compile + first call) against jax.jit"
     return Section("compile", title, markdown_table(header, rows), meaning, goals)

@@ -47,19 +47,28 @@ def _all_reduce_eval_rule(
     return tuple(_gathered_reduction(x, axes, reduction) for x in xs)
 
 
+# Below this many elements per IPU, a float sum over IPUs adds slices (see _gathered_reduction).
+DOT_SUM_MIN_ELEMENTS = 4096
+
+
 def _gathered_reduction(x: Array, axes: tuple[str, ...], reduction: str) -> Array:
-    """The IPUs' values of `x` over `axes` combined. A float sum is a product with a vector of
-    ones: XLA:CPU runs it as a matrix-vector product, which reads the IPUs' values in whatever
-    order XLA laid them out. Added as slices, the sum read them in logical order, and where a
-    matmul had made them transposed (a weight's gradient, its mesh axis in the middle) that
-    read was strided: 12 ms against 1 ms for 8 x 128 x 1024 f32, a third of the 64-IPU GPT
-    step. Integer sums and max/min stay pairwise, exact."""
+    """The IPUs' values of `x` over `axes` combined.
+
+    A large float sum is a product with a vector of ones: XLA:CPU runs it as a matrix-vector
+    product, which reads the IPUs' values in whatever order XLA laid them out. Added as slices,
+    the sum read them in logical order, and where a matmul had made them transposed (a weight's
+    gradient, its mesh axis in the middle) that read was strided: 12 ms against 1 ms for
+    8 x 128 x 1024 f32, a third of the 64-IPU GPT step. But each product is a kernel of its own
+    for XLA to compile, about 4 ms, while slices' adds fuse into what reads them: below
+    `DOT_SUM_MIN_ELEMENTS` a strided read costs microseconds, and the 4-IPU GPT step's 36 small
+    sums compile 0.15 s faster as adds. Integer sums and max/min stay pairwise, exact."""
     gathered = x
     for axis in axes:  # one axis at a time: under vmap, jax gathers over one
         gathered = lax.all_gather(gathered, axis)
     ipus = math.prod(gathered.shape[: len(axes)])
     gathered = lax.reshape(gathered, (ipus, *x.shape))  # [every IPU's value, ...]
-    if reduction == "sum" and np.dtype(x.dtype).kind in "fc":
+    is_float = np.dtype(x.dtype).kind in "fc"
+    if reduction == "sum" and is_float and math.prod(x.shape) >= DOT_SUM_MIN_ELEMENTS:
         ones = lax.full((ipus,), 1, x.dtype)
         return lax.dot_general(ones, gathered, (((0,), (0,)), ((), ())))
     parts = [gathered[i] for i in range(ipus)]

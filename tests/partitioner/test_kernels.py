@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import ipujax
 from lowering import EVAL_RULES
-from lowering.mesh_rules import local_mesh_axes
+from lowering.mesh_rules import DOT_SUM_MIN_ELEMENTS, local_mesh_axes
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((3, 10_007)).astype(np.float32)  # a prime depth: the last run is short
@@ -63,10 +63,13 @@ REDUCE = {"sum": jnp.sum, "max": jnp.max, "min": jnp.min}
 
 @pytest.mark.parametrize("reduction", list(REDUCE))
 @pytest.mark.parametrize("axes", [("a",), ("b",), ("a", "b")])
-def test_a_gathered_all_reduce_equals_jax_collective(reduction: str, axes: tuple) -> None:
+@pytest.mark.parametrize("values", [7, DOT_SUM_MIN_ELEMENTS])  # added as slices, or a product
+def test_a_gathered_all_reduce_equals_jax_collective(
+    reduction: str, axes: tuple, values: int
+) -> None:
     """Over axes held on one device, the rule gathers and combines; elsewhere it is jax's
     psum / pmax / pmin. Both give every IPU the reduction over the axes' IPUs."""
-    x = jnp.asarray(RNG.standard_normal((3, 5, 7)).astype(np.float32))  # IPUs a x b, 7 values
+    x = jnp.asarray(RNG.standard_normal((3, 5, values)).astype(np.float32))  # IPUs a x b
     rule = EVAL_RULES["all_reduce"]
 
     def run(local: bool) -> jax.Array:
