@@ -70,7 +70,7 @@ def spmd_section(setup: Setup, runs: Sequence[MeshRun], repeats: int) -> Section
         "XLA SPMD s",
         "ipujax s",
         "XLA / ipujax",
-        f"goal >= {SPMD_SPEEDUP_GOAL} (64 IPUs)",
+        f"goal >= {SPMD_SPEEDUP_GOAL} ({SPMD_GOAL_IPUS} IPUs)",
         "XLA collectives",
         "XLA B/device",
         "ipujax collectives",

@@ -62,8 +62,8 @@ class MeshRun:
     @property
     def ipujax_first_call(self) -> float:
         """lower + compile + the first call: what a fresh `ipujax.jit(f)(*args)` takes."""
-        median = statistics.median
-        return median(self.ipujax_lower) + median(self.ipujax_compile) + median(self.ipujax_first)
+        parts = (self.ipujax_lower, self.ipujax_compile, self.ipujax_first)
+        return sum(statistics.median(p) for p in parts)
 
     @property
     def jax_first_call(self) -> float:

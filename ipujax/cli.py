@@ -376,15 +376,14 @@ def _plan(args: argparse.Namespace) -> int:
         return workload.fun, workload.args, workload.jit_kwargs
 
     def progress(text: str) -> None:
-        if not args.quiet:
-            print(f"  {text}", file=sys.stderr, flush=True)
+        print(f"  {text}", file=sys.stderr, flush=True)
 
     plans = planning.search(
         planning.workload_model(factory, call),
         args.system,
         target,
         confirm=args.confirm,
-        progress=progress,
+        progress=None if args.quiet else progress,
     )
     console = _console()
     render_plans(console, plans, args.spec, args.top)

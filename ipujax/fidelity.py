@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from ipujax.api import jit
+from ipujax.planning import samples_per_step
 from ipujax.report import CostReport
 from partitioner import Target, make_mesh
 
@@ -216,9 +217,6 @@ def _resnet50_pod16() -> tuple[float, str]:
     return rate, derivation
 
 
-BERT_MICRO_BATCH = 8  # pretrain_large_128: micro_batch_size
-
-
 def _bert_large(replicas: int, microbatches: int) -> Callable[[], tuple[float, str]]:
     """BERT-Large pretraining phase 1 pipelined as Graphcore ran it: 4 IPUs per replica (the
     24 layers in 4 stages by the cost of their blocks), micro-batches of 8 sequences of 128
@@ -232,7 +230,7 @@ def _bert_large(replicas: int, microbatches: int) -> Callable[[], tuple[float, s
         fun, args, kwargs = workloads.bert_large(mesh, microbatches=microbatches)
         compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
         report = compiled.cost_report()
-        sequences = BERT_MICRO_BATCH * replicas * microbatches
+        sequences = samples_per_step(args, kwargs)  # 8 per micro-batch and replica
         rate = sequences / report.seconds
         stages = "; ".join(
             f"stage {s.stage} ({len(s.blocks)} blocks) {s.forward_cycles / 1e6:.2f} M forward + "

@@ -50,19 +50,27 @@ from jax.sharding import PartitionSpec
 from ipujax.api import jit
 from ipujax.errors import ConfigError, IpujaxError
 from ipujax.specs import input_specs
-from partitioner import Mesh, Pipeline, Target, from_spec, make_mesh
+from partitioner import (
+    IPUS_PER_MACHINE,
+    IPUS_PER_POD64,
+    Mesh,
+    Pipeline,
+    Target,
+    from_spec,
+    make_mesh,
+)
 
 # A system by name: its IPUs (docs/target.md, "Systems"); the chip is `target`'s (Bow default).
 SYSTEM_IPUS = {
     "ipu": 1,
-    "bow": 4,  # a Bow-2000
-    "bow2000": 4,
-    "m2000": 4,
-    "pod4": 4,
-    "pod16": 16,
-    "pod64": 64,
-    "pod128": 128,
-    "pod256": 256,
+    "bow": IPUS_PER_MACHINE,  # a Bow-2000
+    "bow2000": IPUS_PER_MACHINE,
+    "m2000": IPUS_PER_MACHINE,
+    "pod4": IPUS_PER_MACHINE,
+    "pod16": 4 * IPUS_PER_MACHINE,
+    "pod64": IPUS_PER_POD64,
+    "pod128": 2 * IPUS_PER_POD64,
+    "pod256": 4 * IPUS_PER_POD64,
 }
 # The axis names of the meshes a plan builds, the convention the examples' sharding rules read
 # (replicas, Megatron 1D, PopXL 2D, pipeline stages). Only plans name axes: the partitioner finds
@@ -292,7 +300,8 @@ def input_bytes(args: tuple, jit_kwargs: dict[str, Any], mesh: Mesh) -> list[flo
     """Each input's bytes on one IPU, its block under its spec as the partitioner reads it
     (a pipeline's inputs split over its stages, on average)."""
     specs = input_specs(jit_kwargs.get("in_shardings"), args, {})
-    stages = mesh.shape.get(PIPELINE_AXIS, 1) if jit_kwargs.get("pipeline") else 1
+    pipeline = jit_kwargs.get("pipeline")
+    stages = mesh.shape.get(pipeline.axis, 1) if pipeline else 1
     out: list[float] = []
     for i, (leaf, spec) in enumerate(zip(jax.tree.leaves(args), specs, strict=True)):
         shape = tuple(np.shape(leaf))
@@ -440,7 +449,7 @@ class _Search:
         for layers in self.depths(candidate):
             try:
                 _, args, kwargs = self.built(candidate, layers)
-                per_depth.append(input_bytes(args, kwargs, self.mesh(candidate)))
+                per_depth.append(input_bytes(args, kwargs, kwargs["mesh"]))
             except SKIP_ERRORS as error:  # the rule's refusal, or its specs' (as jax's)
                 return _first_line(error)
         pipeline = kwargs.get("pipeline")
@@ -471,13 +480,15 @@ class _Search:
             except SKIP_ERRORS as error:
                 return _first_line(error)
         full = functools.partial(self.built, candidate, None)
-        plan = _plan(candidate, reports, self.model.depth, self.samples(args, kwargs), full)
-        return dataclasses.replace(plan, pipeline=kwargs.get("pipeline"))
+        samples = self.samples(args, kwargs)
+        return _plan(candidate, reports, self.model.depth, samples, full, kwargs.get("pipeline"))
 
-    def try_plain(self, candidate: Candidate) -> tuple[str, InputBytes | None]:
+    def try_plain(
+        self, candidate: Candidate, inputs: InputBytes | str | None = None
+    ) -> tuple[str, InputBytes | None]:
         """Costs the candidate unless a bound rules it out: 'fits', 'too big', 'memory bound'
-        or 'not expressible', and its inputs when known."""
-        inputs = self.inputs(candidate)
+        or 'not expressible', and its inputs when known (`inputs`: when the caller has them)."""
+        inputs = self.inputs(candidate) if inputs is None else inputs
         if isinstance(inputs, str):
             self.skip(candidate, "not expressible", inputs)
             return "not expressible", None
@@ -514,13 +525,14 @@ class _Search:
 
     def run_pipelined(self, candidate: Candidate) -> None:
         counts = self.counts(candidate) if self.model.choose_microbatches else [None]
+        inputs = None  # the same whatever the micro-batches and recomputation
         for count in counts:
             stashing = dataclasses.replace(candidate, microbatches=count, recompute=False)
-            outcome, _ = self.try_plain(stashing)
+            outcome, inputs = self.try_plain(stashing, inputs)
             if outcome in ("not expressible", "memory bound"):
                 break  # the same for every count: the rule, the scopes or the weights
             if outcome == "too big":
-                self.try_plain(dataclasses.replace(stashing, recompute=True))
+                self.try_plain(dataclasses.replace(stashing, recompute=True), inputs)
             elif outcome == "fits":
                 self.skip(
                     dataclasses.replace(stashing, recompute=True),
@@ -612,6 +624,7 @@ def _plan(
     depth: int | None,
     samples: int,
     build: Callable[[], tuple[Callable[..., Any], tuple, dict[str, Any]]],
+    pipeline: Pipeline | None = None,
 ) -> Plan:
     """A plan from its cost report, or from two shallow copies' reports extrapolated: every
     time linearly in the layers; the peak tile linearly without phases (each layer's weights
@@ -640,6 +653,7 @@ def _plan(
         streaming_share=parts["streaming"] / total if total else 0.0,
         extrapolated=len(reports) > 1,
         build=build,
+        pipeline=pipeline,
     )
 
 
@@ -728,7 +742,7 @@ def workload_model(factory: Callable[..., Any], call: Callable[..., tuple]) -> M
     depth = _depth(factory)
 
     def make(mesh: Mesh, layers: int | None) -> tuple[Callable[..., Any], tuple, dict[str, Any]]:
-        extra = {} if layers is None or depth is None else {"layers": layers}
+        extra = {} if layers is None else {"layers": layers}
         return call(mesh, **extra)
 
     return Model(make, depth=depth)

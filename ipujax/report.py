@@ -29,6 +29,7 @@ from partitioner import (
     Superstep,
     TileMemory,
     TileUsage,
+    bubble_fraction,
     fullest_tiles,
     io_tile_bytes,
 )
@@ -107,9 +108,7 @@ class CostReport:
     @property
     def bubble_fraction(self) -> float:
         """Pipelined: the share of the stages' pipeline time they spend idle; else 0."""
-        span = len(self.stages) * sum(self.pipeline_cycles)
-        busy = sum(self.microbatches * (s.forward_cycles + s.backward_cycles) for s in self.stages)
-        return 1.0 - busy / span if span else 0.0
+        return bubble_fraction(self.stages, self.microbatches, sum(self.pipeline_cycles))
 
     @property
     def fullest_tile_categories(self) -> tuple[tuple[str, int], ...]:
@@ -332,15 +331,16 @@ def build_report(built: Built) -> CostReport:
     mesh, cost, memory = built.mesh, built.cost, built.memory
     target = mesh.target
     io = io_tile_bytes(built.streams, target.phase_io_tiles if built.plan is not None else 0)
-    tiles = np.concatenate([memory.total, io]).reshape(1, -1).astype(np.int64)
-    always = np.concatenate([memory.always_live, 0 * io]).reshape(1, -1).astype(np.int64)
-    per_ipu = np.repeat(tiles, mesh.ipus, axis=0)
-    always_per_ipu = np.repeat(always, mesh.ipus, axis=0)
     pipeline = built.pipeline
-    if pipeline is not None:
+    if pipeline is None:
+        tiles = np.concatenate([memory.total, io]).reshape(1, -1)
+        always = np.concatenate([memory.always_live, 0 * io]).reshape(1, -1)
+        per_ipu = np.repeat(tiles, mesh.ipus, axis=0)
+        always_per_ipu = np.repeat(always, mesh.ipus, axis=0)
+    else:
         # Each IPU holds its own stage's tensors: its row is its stage's memory.
         stage = _stage_of_ipu(built)
-        per_ipu = np.stack([m.total for m in built.stage_memories])[stage].astype(np.int64)
+        per_ipu = np.stack([m.total for m in built.stage_memories])[stage]
         always_per_ipu = np.stack([m.always_live for m in built.stage_memories])[stage]
     return CostReport(
         target=target.name,
@@ -358,7 +358,7 @@ def build_report(built: Built) -> CostReport:
         host_bytes=cost.host_bytes * mesh.ipus,
         # Every IPU runs the same per-IPU program (SPMD), so every IPU's tiles hold the same;
         # pipelined, every IPU of a stage.
-        tile_memory=per_ipu,
+        tile_memory=per_ipu.astype(np.int64),
         always_live=always_per_ipu.astype(np.int64),
         supersteps=_readable(cost.supersteps, ("source",)),
         collectives=_readable(cost.collectives, ("source", "why")),

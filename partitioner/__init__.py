@@ -17,7 +17,7 @@ from partitioner.code_memory import CATEGORIES as MEMORY_CATEGORIES
 from partitioner.code_memory import OP_VERTEX_KINDS, POPVISION_NAMES
 from partitioner.combine import BUFFER_BYTES
 from partitioner.cost.links import CollectiveCost, axis_traffic, ring_bytes
-from partitioner.cost.pipelined import PipelineCost, StageCost
+from partitioner.cost.pipelined import PipelineCost, StageCost, bubble_fraction
 from partitioner.cost.pipelined import slots as pipeline_slots
 from partitioner.cost.streaming import PhaseCost, io_tile_bytes
 from partitioner.cost.summary import StepCost
@@ -25,7 +25,16 @@ from partitioner.errors import ConfigError, OutOfMemoryError, ShardingError
 from partitioner.explain import explain
 from partitioner.factor_rules import FACTOR_RULES
 from partitioner.memory import TileMemory, TileUsage, fullest_tiles
-from partitioner.mesh import SYSTEMS, Mesh, System, active_mesh, default_mesh, make_mesh
+from partitioner.mesh import (
+    IPUS_PER_MACHINE,
+    IPUS_PER_POD64,
+    SYSTEMS,
+    Mesh,
+    System,
+    active_mesh,
+    default_mesh,
+    make_mesh,
+)
 from partitioner.partition import ForcedWhole, Partitioned
 from partitioner.pipeline import Built, Options, build
 from partitioner.pipelining import Pipeline, without_axis
@@ -38,6 +47,8 @@ from partitioner.tile_rules import TILE_RULES
 __all__ = [
     "BUFFER_BYTES",
     "FACTOR_RULES",
+    "IPUS_PER_MACHINE",
+    "IPUS_PER_POD64",
     "MEMORY_CATEGORIES",
     "OP_VERTEX_KINDS",
     "POPVISION_NAMES",
@@ -67,6 +78,7 @@ __all__ = [
     "TileUsage",
     "active_mesh",
     "axis_traffic",
+    "bubble_fraction",
     "build",
     "default_mesh",
     "explain",

@@ -42,7 +42,7 @@ from partitioner.errors import ConfigError
 from partitioner.memory import PhaseBounds, tile_memory, value_uses
 from partitioner.program import Program, Task
 from partitioner.target import Target
-from partitioner.tile_rules.matmul import with_less_memory
+from partitioner.tile_rules.matmul import shrunk_by
 
 AUTO_SHARE = 0.25  # of an IPU's memory: the bytes a phase touches, when cutting without scopes
 TINY_BYTES = 4096  # results this small (norms, scales) stay in the phase that makes them
@@ -426,11 +426,7 @@ def _less_memory(
     for p, over in excess.items():
         a, b = plan.bounds.bounds[p]
         for i in range(a, b):
-            task = tasks[i]
-            if task.op.name != "dot_general" or not task.temporaries:
-                continue
-            held = sum(t.bytes_per_tile for t in task.temporaries)
-            tasks[i] = with_less_memory(task, max(0, held - over), producers, target)
+            tasks[i] = shrunk_by(tasks[i], over, producers, target)
     return dataclasses.replace(program, tasks=tuple(tasks))
 
 

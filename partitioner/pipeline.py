@@ -303,7 +303,7 @@ def build_pipelined(
         costs, pipe.microbatches, target, global_sync_cycles(target, count), pipe.axis
     )
     cost = pipelined_step_cost(schedule_, program, split, target)
-    fullest = max(range(count), key=lambda s: int(memories[s].total.max()))
+    fullest = max(range(count), key=lambda s: costs[s].peak_tile_bytes)
     return Built(
         mesh,
         local,

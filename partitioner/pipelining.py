@@ -40,7 +40,7 @@ from partitioner.cost.vector import binary_cycles
 from partitioner.errors import ConfigError
 from partitioner.layout import tile_bytes
 from partitioner.memory import PhaseBounds, TileMemory, task_excess, tile_memory
-from partitioner.mesh import Mesh, system_for
+from partitioner.mesh import Mesh, make_mesh
 from partitioner.phases import (
     BACKWARD,
     FORWARD,
@@ -53,7 +53,7 @@ from partitioner.program import Program, Superstep
 from partitioner.propagation import propagate_shardings
 from partitioner.sharding import Sharding
 from partitioner.target import Target
-from partitioner.tile_rules.matmul import with_less_memory
+from partitioner.tile_rules.matmul import shrunk_by
 
 MICROBATCH = "microbatch"  # the pseudo mesh axis micro-batches are told apart by
 UPDATE = "update"
@@ -398,7 +398,7 @@ def without_axis(mesh: Mesh, axis: str) -> Mesh:
     if not kept:
         kept = [("ipu", 1)]
     names, shapes = zip(*kept, strict=True)
-    return Mesh(tuple(shapes), tuple(names), mesh.target, system_for(math.prod(shapes)))
+    return make_mesh(shapes, names, target=mesh.target)
 
 
 # ---- each stage's memory and cycles ------------------------------------------------------------
@@ -458,11 +458,9 @@ def fit_stages(
                 continue
             worst[s] = max(excess)
             for i, over in zip(order, excess, strict=True):
-                task = tasks[i]
-                if over > 0 and task.op.name == "dot_general" and task.temporaries:
-                    held = sum(t.bytes_per_tile for t in task.temporaries)
-                    tasks[i] = with_less_memory(task, max(0, held - over), producers, target)
-                    changed = True
+                shrunk = shrunk_by(tasks[i], over, producers, target)
+                changed |= shrunk is not tasks[i]
+                tasks[i] = shrunk
         if not changed:
             break
         program = dataclasses.replace(program, tasks=tuple(tasks))
@@ -504,14 +502,13 @@ def _traffic(program: Program, split: StageSplit) -> tuple[list[int], list[int],
     return sends, returns, late
 
 
-def _accumulated(program: Program, split: StageSplit, stage: int) -> list[Value]:
-    """Values the stage makes each micro-batch that the update reads: gradients summed into
-    accumulators."""
+def _accumulated(
+    program: Program, split: StageSplit, stage: int, read_by_update: set[Value]
+) -> list[Value]:
+    """Values the stage makes each micro-batch that the update reads (`read_by_update`):
+    gradients summed into accumulators."""
     per_microbatch_made = {
         v for i in split.indices(stage, (FORWARD, BACKWARD)) for v in program.tasks[i].op.results
-    }
-    read_by_update = {
-        v for i, t in enumerate(program.tasks) if split.kind_of[i] == UPDATE for v in t.inputs
     }
     return sorted(per_microbatch_made & read_by_update, key=lambda v: v.id)
 
@@ -545,6 +542,9 @@ def stage_costs(
     accumulation), per step (update, what it receives once, its state streamed), its sends
     and its memory."""
     sends, returns, late = _traffic(program, split)
+    read_by_update = {
+        v for i, t in enumerate(program.tasks) if split.kind_of[i] == UPDATE for v in t.inputs
+    }
     out = []
     for s in range(split.stages):
         forward = split.indices(s, (FORWARD,))
@@ -554,12 +554,13 @@ def stage_costs(
         recompute = f if pipeline.recompute else 0
         accumulate = sum(
             binary_cycles("add", -(-v.size // target.tiles_per_ipu), v.dtype, target)
-            for v in _accumulated(program, split, s)
+            for v in _accumulated(program, split, s, read_by_update)
         )
         state = _state(program, split, s) if pipeline.optimizer_state_offchip else 0
         u = _cycles(program, update) + send_cycles(target, late[s])
-        per_microbatch_flops = _flops(program, forward + backward)
-        per_microbatch_flops += _flops(program, forward) if pipeline.recompute else 0
+        forward_flops = _flops(program, forward)
+        per_microbatch_flops = forward_flops + _flops(program, backward)
+        per_microbatch_flops += forward_flops if pipeline.recompute else 0
         out.append(
             StageCost(
                 stage=s,

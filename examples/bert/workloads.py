@@ -132,17 +132,15 @@ def random_batch(config: Any, batch: int, rng: np.random.Generator) -> tuple[np.
     return tokens, positions, labels
 
 
-def training_step(
-    config: Any, micro_batch: int, mesh: Any, microbatches: int, offchip: bool = True
-) -> tuple:
+def training_step(config: Any, micro_batch: int, mesh: Any, microbatches: int) -> tuple:
     """The training step of `config` with shapes only: (fun, args, jit_kwargs); pipelined, the
-    optimizer state stays off chip (`offchip`), as in Graphcore's BERT configs."""
+    optimizer state stays off chip, as in Graphcore's BERT configs."""
     optimizer = model.make_optimizer()
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
     opt_state = jax.eval_shape(optimizer.init, params)
     batch = batch_shapes(config, global_batch(mesh, micro_batch, microbatches))
     step = model.make_train_step(optimizer)
-    kwargs = _jit_kwargs(mesh, params, opt_state, config, microbatches, offchip)
+    kwargs = _jit_kwargs(mesh, params, opt_state, config, microbatches, offchip=True)
     return step, (params, opt_state, batch), kwargs
 
 

@@ -6,6 +6,7 @@ Nothing here reads more than the report holds; docs/cli.md defines each figure.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -452,9 +453,7 @@ def pipeline_blocks(report: CostReport, max_cycles: int | None = None) -> list[P
     if max_cycles is not None and len(cycles) > max_cycles:
         half = max_cycles // 2
         wanted = [*range(half), *range(len(cycles) - half, len(cycles))]
-    starts = [0]
-    for c in cycles:
-        starts.append(starts[-1] + c)
+    starts = list(itertools.accumulate(cycles, initial=0))
     out = []
     for t in wanted:
         for s in report.stages:

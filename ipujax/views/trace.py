@@ -226,9 +226,6 @@ def _phase_args(phase: PhaseCost, index: int) -> dict[str, Any]:
     }
 
 
-_PIPELINE = "pipeline stages"
-
-
 def _pipeline_events(report: CostReport, threads: _Threads) -> list[dict]:
     """The pipeline timeline, in a process of its own: a thread per stage, a slice per
     micro-batch's forward or backward on it; the update after the last cycle."""

@@ -69,16 +69,23 @@ class PipelineCost:
 
     @property
     def busy_cycles(self) -> int:
-        """Every stage's forward and backward work over the step, summed over stages."""
-        n = self.microbatches
-        return sum(n * (s.forward_cycles + s.backward_cycles) for s in self.stages)
+        return busy_cycles(self.stages, self.microbatches)
 
     @property
     def bubble_fraction(self) -> float:
-        """The share of the stages' pipeline time they spend idle (waiting to fill, drain, or
-        for a slower stage or a send)."""
-        span = len(self.stages) * self.pipeline_cycles
-        return 1.0 - self.busy_cycles / span if span else 0.0
+        return bubble_fraction(self.stages, self.microbatches, self.pipeline_cycles)
+
+
+def busy_cycles(stages: Sequence[StageCost], microbatches: int) -> int:
+    """Every stage's forward and backward work over the step, summed over stages."""
+    return sum(microbatches * (s.forward_cycles + s.backward_cycles) for s in stages)
+
+
+def bubble_fraction(stages: Sequence[StageCost], microbatches: int, pipeline_cycles: int) -> float:
+    """The share of the stages' pipeline time they spend idle (waiting to fill, drain, or for a
+    slower stage or a send)."""
+    span = len(stages) * pipeline_cycles
+    return 1.0 - busy_cycles(stages, microbatches) / span if span else 0.0
 
 
 def slots(stage: int, stages: int, microbatches: int, cycle: int) -> tuple[int | None, int | None]:

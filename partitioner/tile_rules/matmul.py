@@ -182,6 +182,15 @@ def with_less_memory(
     return dataclasses.replace(planned, result_layouts=(old,), supersteps=steps)
 
 
+def shrunk_by(task: Task, over: int, producers: Mapping[Value, Op], target: Target) -> Task:
+    """A matmul with temporaries re-planned to hold `over` bytes per tile fewer of them
+    (`with_less_memory`); any other task, or `over` <= 0, as it is."""
+    if over <= 0 or task.op.name != "dot_general" or not task.temporaries:
+        return task
+    held = sum(t.bytes_per_tile for t in task.temporaries)
+    return with_less_memory(task, max(0, held - over), producers, target)
+
+
 def _planned(
     op: Op,
     inputs: tuple[Value, ...],
