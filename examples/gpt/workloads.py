@@ -78,7 +78,7 @@ def global_batch(mesh: Any, per_replica: int, microbatches: int) -> int:
 
 
 def _jit_kwargs(
-    mesh: Any, params: Any, opt_state: Any, config: Any, microbatches: int
+    mesh: Any, params: Any, opt_state: Any, config: Any, microbatches: int = MICROBATCHES
 ) -> dict[str, Any]:
     if mesh is None:
         return {}
