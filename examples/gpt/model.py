@@ -181,8 +181,13 @@ def loss_fn(params: Params, tokens: jax.Array, remat: bool = False) -> jax.Array
 
 
 def _decay_mask(params: Params) -> Any:
-    """Weight decay on matrices only, not on biases and LayerNorm parameters (as GPT-2 does)."""
-    return jax.tree.map(lambda x: x.ndim >= 2, params)
+    """Weight decay on the weights and embeddings (the parameters named `w...`), not on biases
+    and LayerNorm parameters, as GPT-2 does. By name, not by rank: the fused QKV bias is 3-D."""
+
+    def decayed(path: tuple, _: Any) -> bool:
+        return str(getattr(path[-1], "key", "")).startswith("w")
+
+    return jax.tree_util.tree_map_with_path(decayed, params)
 
 
 def make_optimizer(
