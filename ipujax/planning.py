@@ -411,8 +411,7 @@ class _Search:
 
     def built(self, candidate: Candidate, layers: int | None) -> tuple[Callable, tuple, dict]:
         """`(fun, args, jit_kwargs)` of the candidate, at `layers` depth (None: full)."""
-        mesh = self.mesh(candidate)
-        fun, args, kwargs = self.make(candidate, layers)
+        mesh, (fun, args, kwargs) = self.make(candidate, layers)
         kwargs = {**kwargs, "mesh": mesh}
         if candidate.phases:
             kwargs["phases"] = candidate.phases
@@ -430,13 +429,16 @@ class _Search:
             kwargs["pipeline"] = pipeline
         return fun, args, kwargs
 
-    def make(self, candidate: Candidate, layers: int | None) -> tuple[Callable, tuple, dict]:
-        """The model made for the candidate's mesh once per depth: its bounds, its variants
-        (phases, micro-batches, recomputation) and its costing all start from it."""
+    def make(
+        self, candidate: Candidate, layers: int | None
+    ) -> tuple[Mesh, tuple[Callable, tuple, dict]]:
+        """The candidate's mesh and the model made for it, once per depth: its bounds, its
+        variants (phases, micro-batches, recomputation) and its costing all start from it."""
         key = (candidate.axes, layers)
         if key not in self.made:
-            self.made[key] = self.model.make(self.mesh(candidate), layers)
-        made: tuple[Callable, tuple, dict] = self.made[key]
+            mesh = self.mesh(candidate)
+            self.made[key] = mesh, self.model.make(mesh, layers)
+        made: tuple[Mesh, tuple[Callable, tuple, dict]] = self.made[key]
         return made
 
     def samples(self, args: tuple, kwargs: dict[str, Any]) -> int:
@@ -544,7 +546,7 @@ class _Search:
         """Micro-batch counts for a pipelined mesh of a fixed global batch: each replica's batch
         cut into micro-batches of `MICRO_BATCH_SIZES` samples, at least one per stage."""
         try:
-            _, args, kwargs = self.make(candidate, None)
+            _, (_, args, kwargs) = self.make(candidate, None)
         except SKIP_ERRORS:
             return [None]
         per_replica = self.samples(args, kwargs) // candidate.mesh.get(REPLICAS, 1)

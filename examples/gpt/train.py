@@ -329,10 +329,9 @@ def pipeline_for(args: argparse.Namespace, mesh: ipujax.Mesh) -> ipujax.Pipeline
     """`ipujax.Pipeline` over the mesh's pp axis with --pipeline, recomputing each stage."""
     if not args.pipeline:
         return None
-    axis = workloads.PIPELINE_AXIS
-    if axis not in mesh.axis_names:
-        raise UsageError(f"--pipeline needs a mesh axis named {axis}")
-    return ipujax.Pipeline(axis, "auto", microbatches=args.microbatches, recompute=True)
+    if workloads.PIPELINE_AXIS not in mesh.axis_names:
+        raise UsageError(f"--pipeline needs a mesh axis named {workloads.PIPELINE_AXIS}")
+    return workloads.pipeline(args.microbatches)
 
 
 def phases_for(flag: str, config: Any) -> Any:

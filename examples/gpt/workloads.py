@@ -88,10 +88,14 @@ def _jit_kwargs(
         "in_shardings": sharding.train_specs(params, opt_state, mesh),
     }
     if _pipelined(mesh):
-        kwargs["pipeline"] = ipujax.Pipeline(
-            PIPELINE_AXIS, "auto", microbatches=microbatches, recompute=True
-        )
+        kwargs["pipeline"] = pipeline(microbatches)
     return kwargs
+
+
+def pipeline(microbatches: int) -> ipujax.Pipeline:
+    """The step pipelined over the `pp` axis, one stage per IPU of it, balanced over the
+    layers, each stage recomputed in the backward pass."""
+    return ipujax.Pipeline(PIPELINE_AXIS, "auto", microbatches=microbatches, recompute=True)
 
 
 def training_step(
