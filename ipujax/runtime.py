@@ -27,8 +27,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from ipujax.devices import DevicePlan, default_device, plan_devices
+from ipujax.fused_sums import fuse_sums
 from lowering import Value, local_mesh_axes
-from partitioner import Built, ConfigError, Partitioned, Program, Sharding, Task
+from partitioner import Built, ConfigError, Partitioned, Program, Sharding, Task, varying_over
 
 Array = Any
 
@@ -157,10 +158,10 @@ def _split_input(x: Array, sharding: Sharding, axis_names: Sequence[str], sizes:
 def _join_output(
     x: Array, sharding: Sharding, shape: tuple[int, ...], axis_names: Sequence[str]
 ) -> Array:
-    """The global array from `[every mesh axis..., *block]` outputs."""
+    """The global array from `[mesh axes axis_names..., *block]` outputs."""
     used = {a for d in sharding.dims for a in d}
-    index = tuple(slice(None) if a in used else 0 for a in axis_names)
-    x = x[index]
+    if not set(axis_names) <= used:
+        x = x[tuple(slice(None) if a in used else 0 for a in axis_names)]
     kept = [a for a in axis_names if a in used]
     order: list[int] = []
     for dim, axes in enumerate(sharding.dims):
@@ -184,12 +185,14 @@ def _groups(sharding: Sharding, kept: list[str]) -> list[set[int]]:
 def _vmapped(
     program: Program,
     in_shardings: Sequence[Sharding],
+    out_axes: Sequence[tuple[str, ...]],
     axis_names: Sequence[str],
     sizes: dict,
     devices: DevicePlan | None,
 ) -> Callable[..., tuple]:
     """The per-IPU program vmapped once per mesh axis, named so that its collectives are
-    `jax.lax` collectives over the axis. A spread axis's batch dimension is its device axis
+    `jax.lax` collectives over the axis; output i has a leading dimension for each axis of
+    `out_axes[i]`, in mesh order. A spread axis's batch dimension is its device axis
     (`spmd_axis_name`), which any sharding constraint inside keeps split."""
 
     def per_ipu(*flat: Array) -> tuple[Array, ...]:
@@ -198,9 +201,15 @@ def _vmapped(
     run = per_ipu
     for axis in reversed(axis_names):
         in_axes = tuple(0 if axis in s.axes else None for s in in_shardings)
+        outs = tuple(0 if axis in axes else None for axes in out_axes)
         spmd = devices.device_axes.get(axis) if devices is not None else None
         run = jax.vmap(
-            run, in_axes=in_axes, axis_name=axis, axis_size=sizes[axis], spmd_axis_name=spmd
+            run,
+            in_axes=in_axes,
+            out_axes=outs,
+            axis_name=axis,
+            axis_size=sizes[axis],
+            spmd_axis_name=spmd,
         )
     return run
 
@@ -222,7 +231,16 @@ def compile_partitioned(
     in_shardings = partitioned.input_shardings
     out_shardings = partitioned.output_shardings
     global_outputs = partitioned.global_graph.outputs
-    run = _vmapped(program, in_shardings, axis_names, sizes, devices)
+    on_one_device = set(axis_names) - set(devices.device_axes if devices else ())
+    varying = varying_over(program.inputs, (t.op for t in program.tasks), in_shardings)
+    program = fuse_sums(program, varying, on_one_device)
+    # The mesh axes each output has a dimension for: those it differs over or is split over.
+    # vmap broadcasts a result alike on every IPU if asked for a dimension it does not have.
+    out_axes = [
+        tuple(a for a in axis_names if a in varying[v] or a in s.axes)
+        for v, s in zip(program.outputs, out_shardings, strict=True)
+    ]
+    run = _vmapped(program, in_shardings, out_axes, axis_names, sizes, devices)
 
     def everything(*flat: Array) -> tuple[Array, ...]:
         shards = [
@@ -233,14 +251,13 @@ def compile_partitioned(
                 devices.constrain(x, [a for a in axis_names if a in s.axes])
                 for x, s in zip(shards, in_shardings, strict=True)
             ]
-        on_one_device = set(axis_names) - set(devices.device_axes if devices else ())
         with local_mesh_axes(on_one_device):
             outputs = run(*shards)
         if devices is not None:
-            outputs = tuple(devices.constrain(y, axis_names) for y in outputs)
+            outputs = tuple(devices.constrain(y, a) for y, a in zip(outputs, out_axes, strict=True))
         return tuple(
-            _join_output(y, s, v.shape, axis_names)
-            for y, s, v in zip(outputs, out_shardings, global_outputs, strict=True)
+            _join_output(y, s, v.shape, a)
+            for y, s, v, a in zip(outputs, out_shardings, global_outputs, out_axes, strict=True)
         )
 
     if devices is None:

@@ -9,6 +9,7 @@ graph, so enabling them changes no result type.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -39,11 +40,20 @@ def apply_rule(
     return EVAL_RULES[op.name](*operands, **kwargs)
 
 
-def _region_callable(region: Graph, env: Mapping[Value, Any]) -> Any:
-    def call(*inputs: Any) -> tuple[Any, ...]:
-        return interpret(region, inputs, env)
+@dataclasses.dataclass(frozen=True)
+class RegionCall:
+    """A region as a function of its inputs; rules read `graph` to spot a plain `add` and
+    similar, which jax reduces without tracing a computation."""
 
-    return call
+    graph: Graph
+    env: Mapping[Value, Any]
+
+    def __call__(self, *inputs: Any) -> tuple[Any, ...]:
+        return interpret(self.graph, inputs, self.env)
+
+
+def _region_callable(region: Graph, env: Mapping[Value, Any]) -> Any:
+    return RegionCall(region, env)
 
 
 def interpret(graph: Graph, inputs: Any, outer: Mapping[Value, Any] | None = None) -> tuple:

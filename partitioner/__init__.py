@@ -23,7 +23,7 @@ from partitioner.cost.streaming import PhaseCost, io_tile_bytes
 from partitioner.cost.summary import StepCost
 from partitioner.errors import ConfigError, OutOfMemoryError, ShardingError
 from partitioner.explain import explain
-from partitioner.factor_rules import FACTOR_RULES
+from partitioner.factor_rules import FACTOR_RULES, reduction_kind
 from partitioner.memory import TileMemory, TileUsage, fullest_tiles
 from partitioner.mesh import (
     IPUS_PER_MACHINE,
@@ -40,6 +40,7 @@ from partitioner.pipeline import Built, Options, build
 from partitioner.pipelining import Pipeline, without_axis
 from partitioner.printer import format_program
 from partitioner.program import Program, Superstep, Task
+from partitioner.replicas import varying_over
 from partitioner.sharding import Sharding, from_spec, user_shardings
 from partitioner.target import Target
 from partitioner.tile_rules import TILE_RULES
@@ -88,7 +89,9 @@ __all__ = [
     "io_tile_bytes",
     "make_mesh",
     "pipeline_slots",
+    "reduction_kind",
     "ring_bytes",
     "user_shardings",
+    "varying_over",
     "without_axis",
 ]

@@ -11,9 +11,9 @@ the rule.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from lowering import COLLECTIVES, SHARD_OPS, Graph, Value, op_reads
+from lowering import COLLECTIVES, SHARD_OPS, Graph, Op, Value, op_reads
 from partitioner.errors import ConfigError
 from partitioner.sharding import Sharding
 
@@ -56,10 +56,17 @@ def varying_axes(graph: Graph, input_shardings: Sequence[Sharding]) -> dict[Valu
     an all-reduce or all-gather makes its result agree over its axes, a shard op or
     reduce-scatter makes it differ, and any other op varies where its inputs do. A value is
     replicated over every other axis of the mesh."""
+    return varying_over(graph.inputs, graph.ops, input_shardings)
+
+
+def varying_over(
+    inputs: Sequence[Value], ops: Iterable[Op], input_shardings: Sequence[Sharding]
+) -> dict[Value, frozenset[str]]:
+    """`varying_axes` of the ops `ops` run in order on `inputs` (a scheduled program's tasks)."""
     varying: dict[Value, frozenset[str]] = {
-        v: frozenset(s.axes) for v, s in zip(graph.inputs, input_shardings, strict=True)
+        v: frozenset(s.axes) for v, s in zip(inputs, input_shardings, strict=True)
     }
-    for op in graph.ops:
+    for op in ops:
         reads = op_reads(op)
         inherited = frozenset().union(*(varying.get(v, frozenset()) for v in reads))
         axes = frozenset(op.attrs.get("axes", ())) if op.name in COLLECTIVES | SHARD_OPS else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax.numpy as jnp
+import numpy as np
 
 from lowering import Op, Value, apply_rule
 from partitioner.context import MappingContext
@@ -60,4 +60,6 @@ def constant_tile_rule(
     value = op.attrs["value"]
     out = ctx.linear(op.results[0])
     ctx.constants[op.results[0]] = value
-    return Task(op, inputs, layouts, (out,), lambda: (jnp.asarray(value),))
+    # The numpy value itself: jax folds a concrete scalar where it can (a sum from a zero
+    # start is `reduce_sum`, no traced computation); under jit, jnp.asarray would be a tracer.
+    return Task(op, inputs, layouts, (out,), lambda: (np.asarray(value),))

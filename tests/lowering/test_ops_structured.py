@@ -234,6 +234,16 @@ REDUCE_CASES = [
     ),
     case("reduce_window", avg_pool, uniform((1, 5, 5, 2)), id="avg-pool"),
     case(
+        "reduce",
+        lambda x: (
+            lax.reduce(x, 5.0, lax.add, (1,)),
+            lax.reduce(x, 0.5, lax.max, (0,)),
+            lax.reduce_window(x, 1.0, lax.add, (2, 2, 1), (1, 1, 1), "VALID"),
+        ),
+        X234,
+        id="reduce-from-a-start-not-the-identity",
+    ),
+    case(
         "reduce_window",
         lambda x, i: (
             jnp.cumsum(x, 1),
@@ -414,6 +424,21 @@ ALL_CASES = [
     *CONTROL_CASES,
     *OPTIONAL_CASES,
 ]
+
+
+def test_sums_and_maxima_reduce_without_a_traced_region():
+    """A region that is one add (max, ...) of its inputs, from the identity, is evaluated as
+    jax.lax's own `reduce_sum` (`reduce_max`, ...), not a reduce tracing the region."""
+
+    def fun(x):
+        window = lax.reduce_window(x, -jnp.inf, lax.max, (2, 1, 1), (1, 1, 1), "VALID")
+        return x.sum(0), x.max(1), window
+
+    graph = lowering.lower(fun, X234)
+    jaxpr = jax.make_jaxpr(lambda x: lowering.interpret(graph, (x,)))(X234)
+    names = {e.primitive.name for e in jaxpr.eqns}
+    assert {"reduce_sum", "reduce_max", "reduce_window_max"} <= names, names
+    assert not {"reduce", "reduce_window"} & names, names
 
 
 def test_cases_exercise_whole_vocabulary():
