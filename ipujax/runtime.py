@@ -289,15 +289,22 @@ def _spread(
     return Runner(jitted, shardings=ins)
 
 
+def device_pool(devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...] | None:
+    """A user's `devices=`, checked: None (every device jax sees) or at least one device."""
+    if devices is None:
+        return None
+    if not tuple(devices):
+        raise ConfigError("devices is empty: give at least one jax device, or None for all")
+    return tuple(devices)
+
+
 def make_runner(
     built: Built, donate: Sequence[int], devices: Sequence[jax.Device] | None
 ) -> tuple[Runner, tuple[jax.Device, ...]]:
     """The jitted runner of what `partitioner.build` made, and the real devices it uses: the
     mesh spread over `devices` (by default every device jax sees) where its axes divide, else
     one device."""
-    pool = tuple(jax.devices() if devices is None else devices)
-    if not pool:
-        raise ConfigError("devices is empty: give at least one jax device, or None for all")
+    pool = tuple(jax.devices()) if devices is None else device_pool(devices) or ()
     mesh, program, partitioned = built.mesh, built.program, built.partitioned
     spread = None
     if partitioned is None:
