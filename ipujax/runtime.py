@@ -28,6 +28,7 @@ from jax.sharding import NamedSharding
 
 from ipujax.devices import DevicePlan, default_device, plan_devices
 from ipujax.fused_sums import fuse_sums
+from ipujax.scalar_operands import pass_scalars
 from lowering import Value, local_mesh_axes
 from partitioner import Built, ConfigError, Partitioned, Program, Sharding, Task, varying_over
 
@@ -118,6 +119,7 @@ def _via_host(x: Array) -> Array:
 
 def compile_program(program: Program, donate: Sequence[int] = ()) -> Runner:
     """The program as one jitted function of its flat inputs."""
+    program = pass_scalars(program)
     return Runner(jax.jit(lambda *flat: _run_tasks(program, flat), donate_argnums=tuple(donate)))
 
 
@@ -233,7 +235,7 @@ def compile_partitioned(
     global_outputs = partitioned.global_graph.outputs
     on_one_device = set(axis_names) - set(devices.device_axes if devices else ())
     varying = varying_over(program.inputs, (t.op for t in program.tasks), in_shardings)
-    program = fuse_sums(program, varying, on_one_device)
+    program = pass_scalars(fuse_sums(program, varying, on_one_device))
     # The mesh axes each output has a dimension for: those it differs over or is split over.
     # vmap broadcasts a result alike on every IPU if asked for a dimension it does not have.
     out_axes = [

@@ -39,6 +39,7 @@ from lowering.regions import scatter_combiner
 from lowering.shape_rules import SHAPE_RULES, infer_types
 from lowering.verifier import verify
 from lowering.vocabulary import (
+    BINARY,
     COLLECTIVES,
     CONTRACTIONS,
     CONTROL,
@@ -51,6 +52,7 @@ from lowering.vocabulary import (
 )
 
 __all__ = [
+    "BINARY",
     "COLLECTIVES",
     "CONTRACTIONS",
     "CONTROL",
