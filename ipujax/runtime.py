@@ -162,8 +162,7 @@ def _join_output(
 ) -> Array:
     """The global array from `[mesh axes axis_names..., *block]` outputs."""
     used = {a for d in sharding.dims for a in d}
-    if not set(axis_names) <= used:
-        x = x[tuple(slice(None) if a in used else 0 for a in axis_names)]
+    x = x[tuple(slice(None) if a in used else 0 for a in axis_names)]
     kept = [a for a in axis_names if a in used]
     order: list[int] = []
     for dim, axes in enumerate(sharding.dims):
@@ -306,7 +305,7 @@ def make_runner(
     """The jitted runner of what `partitioner.build` made, and the real devices it uses: the
     mesh spread over `devices` (by default every device jax sees) where its axes divide, else
     one device."""
-    pool = tuple(jax.devices()) if devices is None else device_pool(devices) or ()
+    pool = device_pool(devices) or tuple(jax.devices())
     mesh, program, partitioned = built.mesh, built.program, built.partitioned
     spread = None
     if partitioned is None:

@@ -46,9 +46,10 @@ def _scalar_inputs(task: Task, producers: dict[Value, Task]) -> tuple[Value, ...
     sources = []
     for value in task.inputs:
         producer = producers.get(value)
-        broadcast = producer is not None and producer.op.name == "broadcast_in_dim"
-        scalar = broadcast and producer.op.operands[0].shape == ()  # type: ignore[union-attr]
-        sources.append(producer.op.operands[0] if scalar else value)  # type: ignore[union-attr]
+        if producer is not None and producer.op.name == "broadcast_in_dim":
+            (source,) = producer.op.operands
+            value = source if source.shape == () else value
+        sources.append(value)
     shape = task.op.results[0].shape
     if not any(s is v and v.shape == shape for s, v in zip(sources, task.inputs, strict=True)):
         return task.inputs  # every operand a scalar: the result would be one

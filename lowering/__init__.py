@@ -35,7 +35,7 @@ from lowering.locations import SourceLoc, raised_at
 from lowering.loops import counted_trips, unroll_loops
 from lowering.mesh_rules import local_mesh_axes
 from lowering.paths import shorten_paths
-from lowering.regions import scatter_combiner
+from lowering.regions import binary_op, scatter_combiner
 from lowering.shape_rules import SHAPE_RULES, infer_types
 from lowering.verifier import verify
 from lowering.vocabulary import (
@@ -77,6 +77,7 @@ __all__ = [
     "Value",
     "VerifyError",
     "apply_rule",
+    "binary_op",
     "counted_trips",
     "eliminate_dead_code",
     "evaluate",

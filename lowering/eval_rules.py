@@ -20,6 +20,7 @@ from jax._src.lax.windowed_reductions import _select_and_scatter_add
 
 from lowering.dtypes import is_float
 from lowering.mesh_rules import MESH_EVAL_RULES
+from lowering.regions import binary_op
 
 Array = Any
 EvalRule = Callable[..., tuple[Array, ...]]
@@ -323,12 +324,8 @@ def _monoid(region: Region) -> Callable[[Array, Array], Array] | None:
     sum, a max...): given it and its identity, jax.lax reduces with `reduce_sum` and kin
     rather than tracing the region, a tenth of the time for the same XLA reduce."""
     graph = getattr(region, "graph", None)
-    if graph is None or len(graph.ops) != 1 or len(graph.inputs) != 2:
-        return None
-    (op,) = graph.ops
-    if set(op.operands) != set(graph.inputs) or graph.outputs != op.results:
-        return None
-    return _MONOIDS.get(op.name)
+    name = binary_op(graph) if graph is not None else None
+    return _LAX_ELEMENTWISE[name] if name is not None and name in _MONOIDS else None
 
 
 def _reduce_eval_rule(
@@ -358,15 +355,8 @@ def _reduce_window_eval_rule(
     return tuple(lax.reduce_window(xs, inits, _reducer(regions[0]), *window))
 
 
-_MONOIDS: dict[str, Callable[[Array, Array], Array]] = {
-    "add": lax.add,
-    "multiply": lax.mul,
-    "maximum": lax.max,
-    "minimum": lax.min,
-    "and": lax.bitwise_and,
-    "or": lax.bitwise_or,
-    "xor": lax.bitwise_xor,
-}
+# The region ops jax.lax recognises as a reduction's monoid (given their identity as start).
+_MONOIDS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
 
 _WINDOW_SELECTS = {"GE": lax.ge_p, "GT": lax.gt_p, "LE": lax.le_p, "LT": lax.lt_p}
 

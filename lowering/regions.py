@@ -20,6 +20,18 @@ _SCATTER_COMBINERS = {
     "and": "min",
 }
 
+
+def binary_op(region: Graph) -> str | None:
+    """The op's name when a region of two inputs returns one op applied to both (`add` for a
+    sum, `maximum` for a max...), else None."""
+    if len(region.ops) != 1 or len(region.inputs) != 2:
+        return None
+    (op,) = region.ops
+    if set(op.operands) != set(region.inputs) or region.outputs != op.results:
+        return None
+    return op.name
+
+
 # Compare directions jax's sort comparators use: a strict "less than" and ties via equality.
 _SORT_DIRECTIONS = frozenset({"LT", "EQ", "NE"})
 

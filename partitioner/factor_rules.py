@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lowering import COLLECTIVES, ELEMENTWISE, SHARD_OPS, Op, scatter_combiner
+from lowering import COLLECTIVES, ELEMENTWISE, SHARD_OPS, Op, binary_op, scatter_combiner
 from partitioner.sharding import Axes, Sharding
 
 Dims = tuple[int | None, ...]
@@ -103,9 +103,8 @@ def reduction_kind(op: Op) -> str | None:
     if len(op.operands) != 2:
         return None
     (region,) = op.regions
-    if len(region.ops) != 1 or set(region.ops[0].operands) != set(region.inputs):
-        return None
-    return SPLITTABLE_REDUCTIONS.get(region.ops[0].name)
+    name = binary_op(region)
+    return SPLITTABLE_REDUCTIONS.get(name) if name is not None else None
 
 
 def _reduce_factor_rule(op: Op) -> Factors:
