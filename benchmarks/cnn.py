@@ -10,10 +10,12 @@ import statistics
 
 import jax
 import numpy as np
+import spmd_compare  # noqa: F401  (it puts the repository and examples/ on sys.path)
 from measuring import log, max_abs_diff, timed
-from programs import bow, example
+from programs import bow
 from results import Section, goal, markdown_table
 from setups import Setup
+from shared.load import example
 
 import ipujax
 

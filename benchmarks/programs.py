@@ -4,8 +4,6 @@ and the Bow IPUs they run on."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -14,24 +12,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import spmd_compare  # noqa: F401  (it puts the repository and examples/ on sys.path)
 from jax.sharding import PartitionSpec as P
-from spmd_compare import REPO  # puts the repository and examples/ on sys.path
+from shared.load import example
 
 import ipujax
-
-
-def example(folder: str, name: str) -> ModuleType:
-    """examples/<folder>/<name>.py, loaded by path under the name the example's own loader
-    gives it (`<folder>_example_<name>`), so its siblings find it."""
-    full = f"{folder}_example_{name}"
-    if full not in sys.modules:
-        path = REPO / "examples" / folder / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(full, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
 
 
 def workloads() -> ModuleType:

@@ -404,7 +404,7 @@ def ipujax_collectives(compiled: Any) -> list[Collective]:
 
 def _ipujax_ops(compiled: Any) -> list[tuple[str, str, int]]:
     """(kind, result type, ring buffer N) of the per-IPU program's collectives in program order,
-    as `partitioner.tile_rules` costs them (best effort: the report does not carry shapes)."""
+    as `partitioner.tiles.rules` costs them (best effort: the report does not carry shapes)."""
     from lowering import COLLECTIVES
 
     partitioned = getattr(compiled, "partitioned", None)

@@ -32,16 +32,13 @@ from ipujax.report import (
     SuperstepCost,
     TileUsage,
 )
-from lowering import Graph, evaluate, lower
-from partitioner import SYSTEMS, Mesh, Pipeline, System, Target, make_mesh
+from partitioner import Mesh, Pipeline, Target, make_mesh
 
 __all__ = [
-    "SYSTEMS",
     "CollectiveCost",
     "Compiled",
     "ConfigError",
     "CostReport",
-    "Graph",
     "IpujaxError",
     "Jitted",
     "Lowered",
@@ -57,15 +54,12 @@ __all__ = [
     "ShardingError",
     "StageCost",
     "SuperstepCost",
-    "System",
     "Target",
     "TileUsage",
     "UnsupportedOpError",
     "VerifyError",
     "enable_persistent_cache",
-    "evaluate",
     "jit",
-    "lower",
     "make_mesh",
     "plan",
 ]

@@ -62,7 +62,7 @@ def _gathered_reduction(x: Array, axes: tuple[str, ...], reduction: str) -> Arra
     for XLA to compile, about 4 ms, while slices' adds fuse into what reads them: below
     `DOT_SUM_MIN_ELEMENTS` a strided read costs microseconds, and the 4-IPU GPT step's 36 small
     sums compile 0.15 s faster as adds. Integer sums and max/min stay pairwise, exact. (The
-    runtime folds a sum of matmuls into one matmul before it gets here, `ipujax.fused_sums`;
+    runtime folds a sum of matmuls into one matmul before it gets here, `ipujax.runtime.fused_sums`;
     what remains are sums of other values.)"""
     gathered = x
     for axis in axes:  # one axis at a time: under vmap, jax gathers over one

@@ -2,9 +2,9 @@
 
 `SourceLoc` keeps the absolute file jax recorded (a compiled program must not depend on where it
 was compiled from); whatever puts a location in front of a person shortens it here:
-`partitioner.explain`, ipujax's cost report (and so its JSON) and all of ipujax's views. It lives
-in `lowering`, next to `SourceLoc`, so that both later stages can use it without breaking the
-one-way layering.
+`partitioner.sharding.explain`, ipujax's cost report (and so its JSON) and all of ipujax's views.
+It lives in `lowering`, next to `SourceLoc`, so that both later stages can use it without
+breaking the one-way layering.
 """
 
 from __future__ import annotations

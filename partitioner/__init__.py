@@ -13,18 +13,12 @@ numbers (`cost/`, docs/target.md). It may import `lowering`, never `ipujax`. The
 its public face; `ipujax` imports nothing else from it.
 """
 
-from partitioner.code_memory import CATEGORIES as MEMORY_CATEGORIES
-from partitioner.code_memory import OP_VERTEX_KINDS, POPVISION_NAMES
-from partitioner.combine import BUFFER_BYTES
 from partitioner.cost.links import CollectiveCost, axis_traffic, ring_bytes
-from partitioner.cost.pipelined import PipelineCost, StageCost, bubble_fraction
-from partitioner.cost.pipelined import slots as pipeline_slots
-from partitioner.cost.streaming import PhaseCost, io_tile_bytes
-from partitioner.cost.summary import StepCost
 from partitioner.errors import ConfigError, OutOfMemoryError, ShardingError
-from partitioner.explain import explain
-from partitioner.factor_rules import FACTOR_RULES, reduction_kind
-from partitioner.memory import TileMemory, TileUsage, fullest_tiles
+from partitioner.memory.check import TileUsage, fullest_tiles
+from partitioner.memory.code import CATEGORIES as MEMORY_CATEGORIES
+from partitioner.memory.code import OP_VERTEX_KINDS, POPVISION_NAMES
+from partitioner.memory.tiles import TileMemory
 from partitioner.mesh import (
     IPUS_PER_MACHINE,
     IPUS_PER_POD64,
@@ -35,15 +29,23 @@ from partitioner.mesh import (
     default_mesh,
     make_mesh,
 )
-from partitioner.partition import ForcedWhole, Partitioned
-from partitioner.pipeline import Built, Options, build
-from partitioner.pipelining import Pipeline, without_axis
+from partitioner.passes import Built, Options, build
+from partitioner.phases.streaming import PhaseCost, io_tile_bytes
+from partitioner.pipelines.pipeline import Pipeline, without_axis
+from partitioner.pipelines.schedule import PipelineCost, StageCost, bubble_fraction
+from partitioner.pipelines.schedule import slots as pipeline_slots
 from partitioner.printer import format_program
 from partitioner.program import Program, Superstep, Task
-from partitioner.replicas import varying_over
-from partitioner.sharding import Sharding, from_spec, user_shardings
+from partitioner.sharding.combine import BUFFER_BYTES
+from partitioner.sharding.explain import explain
+from partitioner.sharding.factor_rules import FACTOR_RULES, reduction_kind
+from partitioner.sharding.partition import ForcedWhole, Partitioned
+from partitioner.sharding.replicas import varying_over
+from partitioner.sharding.specs import Sharding, from_spec, user_shardings
+from partitioner.step.summary import StepCost
 from partitioner.target import Target
-from partitioner.tile_rules import TILE_RULES
+from partitioner.tiles.rules import TILE_RULES
+from partitioner.verify import verify_dataflow
 
 __all__ = [
     "BUFFER_BYTES",
@@ -93,5 +95,6 @@ __all__ = [
     "ring_bytes",
     "user_shardings",
     "varying_over",
+    "verify_dataflow",
     "without_axis",
 ]

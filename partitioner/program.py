@@ -10,12 +10,13 @@ operands' and results' layouts, and the temporaries it holds on tiles while it r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from lowering import Op, Value
-from partitioner.cost.links import CollectiveCost
+from partitioner.cost.links import CollectiveCost, Ring
 from partitioner.layout import Layout
 
 
@@ -46,6 +47,34 @@ class Superstep:
     @property
     def cycles(self) -> int:
         return self.compute_cycles + self.exchange_cycles + self.sync_cycles + self.link_cycles
+
+
+def collective_step(
+    base: Superstep, kind: str, axes: tuple[str, ...], group_size: int, ring: Ring, why: str
+) -> Superstep:
+    """`base`, the collective's work on the chip, as the superstep of a `kind` collective over
+    `axes`: the ring's link cycles, a sync of its group alone (GSP), and its record for the
+    report. Every collective step is made here, whoever inserts it."""
+    name = f"{kind}({','.join(axes)})"
+    record = CollectiveCost(
+        kind=kind,
+        axes=axes,
+        group_size=group_size,
+        bytes_per_ipu=ring.bytes_per_ipu,
+        cycles=ring.link_cycles + ring.sync_cycles,
+        op=name,
+        source=base.source,
+        why=why,
+    )
+    return dataclasses.replace(
+        base,
+        name=name,
+        sync_cycles=ring.sync_cycles,
+        sync_group="+".join(axes),
+        link_cycles=ring.link_cycles,
+        kind="collective",
+        collective=record,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ class Target:
     sync_cycles: int = 90
     # -- Tile memory and mapping: linear mapping's grain and minimum per tile (C), the share of
     # a tile a matmul plan's temporaries may use (C, V). Code and state as PopVision counts them
-    # (partitioner.code_memory): each vertex kind's (C, D), the random seed and supervisor
+    # (partitioner.memory.code): each vertex kind's (C, D), the random seed and supervisor
     # state on every tile (D: 48 KB per IPU), exchange code per exchange and per message at
     # each end (A), control code per step (A), the supervisor's stack (C) and each worker's
     # (A). Identical steps share code.

@@ -10,7 +10,7 @@ import sys
 
 # Before anything imports jax: the oracle and the simulator both run on the host CPU.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Every per-IPU program the partitioner makes is checked by the IR verifier (see ipujax.api).
+# Every per-IPU program the partitioner makes is checked by the IR verifier (see ipujax.options).
 os.environ.setdefault("IPUJAX_VERIFY", "1")
 # tests/helpers.py (small targets, meshes, abstract arguments) is shared by every folder.
 sys.path.insert(0, os.path.dirname(__file__))

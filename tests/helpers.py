@@ -1,19 +1,31 @@
-"""Helpers shared by the test folders: small targets, meshes and abstract arguments."""
+"""Helpers shared by the test folders: small targets, meshes and abstract arguments, and the
+examples' modules."""
 
 from __future__ import annotations
 
-import importlib.util
+import inspect
+import os
+import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import jax
 import numpy as np
+import pytest
 
 import ipujax
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))  # for the examples' `shared` package and its loader
+# examples/<folder>/<name>.py under the name the example's own scripts give it, one copy for
+# them and the tests (several folders have a `model.py` or a `workloads.py`).
+from shared.load import example as load_example  # noqa: E402
+
 BOW_BYTES_PER_TILE = 638_976  # docs/target.md: 624 KiB per tile on MK2 and Bow
 BOW_TILES = 1472
 
@@ -58,15 +70,64 @@ def device_cycles(report: ipujax.CostReport) -> int:
     return sum(s.cycles for s in device_steps(report))
 
 
-def load_example(folder: str, name: str) -> ModuleType:
-    """examples/<folder>/<name>.py, loaded by file path under the name the example's own
-    scripts give it (`<folder>_example_<name>`): several folders have a `workloads.py` or a
-    `model.py`, so these must not be imported through `sys.path`."""
-    full = f"{folder}_example_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, EXAMPLES / folder / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
+def run_python(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python *argv` in a child process at the repository's root, with it first on the child's
+    path, on the CPU and with `env` added to the environment; the output as text."""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", **env)
+    return subprocess.run(
+        [sys.executable, *argv],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def example_modules(folder: str, names: Sequence[str], tiny: Sequence[str]) -> SimpleNamespace:
+    """The modules `names` of examples/<folder>/ as attributes, and `tiny`, the flags that
+    make its train.py quick, as `.tiny`."""
+    return SimpleNamespace(**{name: load_example(folder, name) for name in names}, tiny=list(tiny))
+
+
+# ---- the examples' workloads and train.py ---------------------------------------------------
+
+
+def keyword_defaults(factory: Callable[..., Any]) -> dict[str, Any]:
+    """The default of each parameter of a workload factory, by name."""
+    return {name: p.default for name, p in inspect.signature(factory).parameters.items()}
+
+
+def run_train(example: SimpleNamespace, *flags: str) -> int:
+    """`train.py` of an `example_modules` namespace, through `main(argv)` with its tiny flags
+    and `flags`: the exit status."""
+    status: int = example.train.main([*example.tiny, *flags])
+    return status
+
+
+def printed_losses(text: str) -> list[float]:
+    """The losses of the `step N loss L` lines train.py printed."""
+    return [float(line.split()[3]) for line in text.splitlines() if line.startswith("step ")]
+
+
+def usage_error(status: int, capsys: pytest.CaptureFixture[str]) -> str:
+    """What train.py said when it refused its flags: exit status 2 and one line on stderr."""
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("train.py: error:") and "\n" not in err, err
+    return err
+
+
+def skew_reference(
+    monkeypatch: pytest.MonkeyPatch, train: ModuleType, wrong: Callable[[Any], Any]
+) -> None:
+    """`train.compile_step` returns a reference step (jax.jit's) whose outputs `wrong` alters,
+    so that `--check` must fail."""
+    original = train.compile_step
+
+    def skewed(*args: object) -> tuple[Any, Any]:
+        compiled, reference = original(*args)
+        return compiled, lambda *a: wrong(reference(*a))
+
+    monkeypatch.setattr(train, "compile_step", skewed)

@@ -105,16 +105,16 @@ def test_front_door_checker_catches_private_imports(tmp_path: Path) -> None:
     source = (
         "from partitioner import build\n"
         "from partitioner import _private\n"
-        "from partitioner.memory import tile_memory\n"
-        "import partitioner.schedule\n"
+        "from partitioner.memory.tiles import tile_memory\n"
+        "import partitioner.tiles.schedule\n"
         "from partitioner import not_exported\n"
     )
     module = tmp_path / "module.py"
     module.write_text(source, encoding="utf-8")
     assert private_imports(module, ("partitioner",)) == [
         f"{module}:2: from partitioner import _private",
-        f"{module}:3: from partitioner.memory import ...",
-        f"{module}:4: import partitioner.schedule",
+        f"{module}:3: from partitioner.memory.tiles import ...",
+        f"{module}:4: import partitioner.tiles.schedule",
         f"{module}:5: from partitioner import not_exported",
     ]
 
@@ -152,7 +152,7 @@ def test_no_module_spells_a_mesh_axis_name(package: str) -> None:
     """Replica (data-parallel) axes are derived from the shardings, never found by name. Only
     the plan search names axes, of meshes it builds, on one line."""
     paths = sorted((ROOT / package).rglob("*.py"))
-    allowed = naming_line(ROOT / "ipujax" / "planning.py")
+    allowed = naming_line(ROOT / "ipujax" / "planning" / "candidates.py")
     bad = [v for path in paths for v in axis_name_literals(path) if not v.startswith(allowed)]
     assert not bad, "\n".join(bad)
 
@@ -161,3 +161,63 @@ def test_axis_name_checker_finds_the_name(tmp_path: Path) -> None:
     module = tmp_path / "module.py"
     module.write_text('a = mesh.get("dp", 1)\nb = "dpx"\n', encoding="utf-8")
     assert len(axis_name_literals(module)) == 2  # the constant, and the quoted text
+
+
+# ---- inside partitioner: each sub-package imports only the units below it --------------------
+
+# Bottom to top; a unit is a root module or a sub-package. A unit may import itself and the
+# units of earlier layers, never a later one (each sub-package's docstring says the same).
+PARTITIONER_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("target", "errors"),
+    ("mesh",),
+    ("cost",),
+    ("layout",),
+    ("program",),
+    ("memory", "sharding"),
+    ("tiles",),
+    ("phases",),
+    ("step",),
+    ("pipelines",),
+    ("printer", "verify"),
+    ("passes",),
+)
+
+
+def unit_of(path: Path) -> str:
+    """The unit a partitioner module belongs to: its sub-package, or its own name at the root."""
+    parts = path.relative_to(ROOT / "partitioner").with_suffix("").parts
+    return parts[0]
+
+
+def layer_violations(path: Path) -> list[str]:
+    layer = {unit: i for i, units in enumerate(PARTITIONER_LAYERS) for unit in units}
+    mine = unit_of(path)
+    if mine == "__init__":
+        return []
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for line, module in imported_modules(tree):
+        top, _, rest = module.partition(".")
+        if top != "partitioner" or not rest:
+            continue
+        theirs = rest.partition(".")[0]
+        if theirs != mine and layer[theirs] >= layer[mine]:
+            found.append(f"{path.relative_to(ROOT)}:{line}: {mine} imports {theirs}")
+    return found
+
+
+def test_every_partitioner_unit_has_a_layer() -> None:
+    units = {unit_of(p) for p in (ROOT / "partitioner").rglob("*.py")} - {"__init__"}
+    layered = {u for units in PARTITIONER_LAYERS for u in units}
+    assert units == layered
+
+
+def test_partitioner_units_import_only_lower_layers() -> None:
+    paths = sorted((ROOT / "partitioner").rglob("*.py"))
+    bad = [v for path in paths for v in layer_violations(path)]
+    assert not bad, "partitioner's layers run one way:\n" + "\n".join(bad)
+
+
+def test_partitioner_root_is_small() -> None:
+    root = sorted(p.name for p in (ROOT / "partitioner").glob("*.py"))
+    assert len(root) <= 15, root

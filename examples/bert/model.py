@@ -13,9 +13,10 @@ As Graphcore's BERT pretraining (graphcore/examples, nlp/bert) and with these si
   dropout: the word and learned position embeddings are summed and normalised.
 - LayerNorm's epsilon is Graphcore's `layer_norm_eps` (1e-3, which float16 represents).
 
-Laid out for Megatron tensor parallelism (see `sharding.py`) as examples/gpt/model.py is: q, k
-and v come from one weight `[d, heads, 3, head_dim]` whose head axis is a dimension of its own,
-the out-projection is `[heads, head_dim, d]`, and activations keep heads as a dimension through
+Laid out for Megatron tensor parallelism (see `sharding.py`) as examples/gpt/model.py is, with
+the attention, layer norm and loss the two share (examples/shared/transformer.py): q, k and v
+come from one weight `[d, heads, 3, head_dim]` whose head axis is a dimension of its own, the
+out-projection is `[heads, head_dim, d]`, and activations keep heads as a dimension through
 attention. The embeddings run under `jax.named_scope("embed")`, each block under
 `jax.named_scope(f"layer{i}")`, the gather and the MLM head under `jax.named_scope("mlm")`: the
 names `ipujax.jit(phases=...)` and `ipujax.Pipeline(stages="auto")` cut at.
@@ -26,15 +27,22 @@ Graphcore trained BERT); the optimizer's moments and its update are float32 what
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
+if (EXAMPLES := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, EXAMPLES)  # examples/, for `shared`: see shared/__init__.py
+from shared import transformer
+from shared.transformer import attention, cast, cross_entropy, norm_params
+
 Params = dict[str, Any]
+
 Batch = tuple[jax.Array, jax.Array, jax.Array]  # tokens, masked positions, labels
 
 LN_EPS = 1e-3  # Graphcore's layer_norm_eps (configs_pretraining.yml)
@@ -42,48 +50,23 @@ INIT_STD = 0.02  # BERT's initializer_range
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(transformer.TransformerConfig):
+    """vocab, seq, layers, d_model, heads and mlp_ratio (defaults 128, 16, 2, 32, 4, 4), the
+    masked tokens per sequence and the parameters' and activations' type."""
+
     vocab: int = 128
     seq: int = 16
-    layers: int = 2
     d_model: int = 32
-    heads: int = 4
-    mlp_ratio: int = 4
     mask_tokens: int = 4
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model {self.d_model} is not a multiple of heads {self.heads}")
+        super().__post_init__()
         if not 0 < self.mask_tokens <= self.seq:
             raise ValueError(f"mask_tokens {self.mask_tokens} is not in 1..seq ({self.seq})")
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.heads
-
-    @property
-    def d_ff(self) -> int:
-        return self.mlp_ratio * self.d_model
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def layer_names(config: Config) -> list[str]:
-    """The named scopes of the blocks, one phase each for `ipujax.jit(phases=...)`."""
-    return [f"layer{i}" for i in range(config.layers)]
-
 
 # ---- parameters ---------------------------------------------------------------------------------
-
-
-def _norm(d: int) -> Params:
-    return {"scale": jnp.ones(d, jnp.float32), "bias": jnp.zeros(d, jnp.float32)}
-
-
-def _cast(tree: Any, dtype: str) -> Any:
-    return jax.tree.map(lambda x: x.astype(dtype), tree)
 
 
 def _normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -100,59 +83,46 @@ def _block(key: jax.Array, config: Config) -> Params:
             "wo": _normal(k[1], (h, hd, d)),
             "bo": jnp.zeros(d, jnp.float32),
         },
-        "ln1": _norm(d),
+        "ln1": norm_params(d),
         "mlp": {
             "w_in": _normal(k[2], (d, ff)),
             "b_in": jnp.zeros(ff, jnp.float32),
             "w_out": _normal(k[3], (ff, d)),
             "b_out": jnp.zeros(d, jnp.float32),
         },
-        "ln2": _norm(d),
+        "ln2": norm_params(d),
     }
 
 
 def init(key: jax.Array, config: Config) -> Params:
     """BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm gains. Weights
-    are named `w*`, which is what the optimizer's weight decay reads (`_decay_mask`)."""
+    are named `w*`, which is what the optimizer's weight decay reads (`decay_mask`)."""
     d = config.d_model
     keys = jax.random.split(key, 3 + config.layers)
     params = {
         "wte": _normal(keys[0], (config.vocab, d)),  # tied with the MLM decoder
         "wpe": _normal(keys[1], (config.seq, d)),
-        "ln_embed": _norm(d),
+        "ln_embed": norm_params(d),
         "blocks": [_block(keys[3 + i], config) for i in range(config.layers)],
         "mlm": {
             "w": _normal(keys[2], (d, d)),
             "b": jnp.zeros(d, jnp.float32),
-            "ln": _norm(d),
+            "ln": norm_params(d),
             "bias": jnp.zeros(config.vocab, jnp.float32),  # the decoder's
         },
     }
-    return _cast(params, config.dtype)
+    return cast(params, config.dtype)
 
 
 # ---- forward ------------------------------------------------------------------------------------
 
 
 def layer_norm(x: jax.Array, p: Params) -> jax.Array:
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + LN_EPS) * p["scale"] + p["bias"]
+    return transformer.layer_norm(x, p, LN_EPS)
 
 
 def gelu(x: jax.Array) -> jax.Array:
     return jax.nn.gelu(x, approximate=False)  # BERT's exact (erf) GELU
-
-
-def attention(x: jax.Array, p: Params) -> jax.Array:
-    """Bidirectional multi-head attention; `x` is [batch, seq, d], heads stay a dimension."""
-    head_dim = p["wqkv"].shape[-1]
-    qkv = jnp.einsum("btd,dhck->bthck", x, p["wqkv"]) + p["bqkv"]
-    q, k, v = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
-    scores = jnp.einsum("bthk,bshk->bhts", q, k) / math.sqrt(head_dim)
-    weights = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum("bhts,bshk->bthk", weights, v)
-    return jnp.einsum("bthk,hkd->btd", out, p["wo"]) + p["bo"]
 
 
 def mlp(x: jax.Array, p: Params) -> jax.Array:
@@ -161,7 +131,7 @@ def mlp(x: jax.Array, p: Params) -> jax.Array:
 
 def block(x: jax.Array, p: Params) -> jax.Array:
     """BERT's post-LN block: each sublayer's residual sum is normalised."""
-    x = layer_norm(x + attention(x, p["attn"]), p["ln1"])
+    x = layer_norm(x + attention(x, p["attn"], causal=False), p["ln1"])
     return layer_norm(x + mlp(x, p["mlp"]), p["ln2"])
 
 
@@ -193,36 +163,15 @@ def forward(params: Params, tokens: jax.Array, positions: jax.Array | None = Non
         return mlm_head(params, hidden)
 
 
-def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean cross-entropy of integer labels, the label's logit a masked sum over the vocabulary
-    (as examples/gpt/model.py's: logits split over the vocabulary cost AllReduces of the
-    [batch, mask_tokens] statistics, not an AllGather of the logits)."""
-    logits = logits.astype(jnp.float32)
-    log_normalizer = jax.nn.logsumexp(logits, axis=-1)
-    hit = labels[..., None] == jnp.arange(logits.shape[-1])
-    label_logit = jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
-    return jnp.mean(log_normalizer - label_logit)
-
-
 def loss_fn(params: Params, batch: Batch) -> jax.Array:
     """The MLM loss: mean cross-entropy of the labels at the masked positions."""
     tokens, positions, labels = batch
     logits = forward(params, tokens, positions)
     with jax.named_scope("loss"):
-        return cross_entropy(logits, labels)
+        return cross_entropy(logits.astype(jnp.float32), labels)  # float32 whatever the model's
 
 
 # ---- training -----------------------------------------------------------------------------------
-
-
-def _decay_mask(params: Params) -> Any:
-    """Weight decay on weights (leaves named `w*`: embeddings and matrices), not on biases and
-    LayerNorm parameters, as Graphcore's BERT excludes them."""
-
-    def is_weight(path: tuple[Any, ...], _: Any) -> bool:
-        return str(getattr(path[-1], "key", "")).startswith("w")
-
-    return jax.tree_util.tree_map_with_path(is_weight, params)
 
 
 def make_optimizer(
@@ -235,14 +184,14 @@ def make_optimizer(
     trust ratio's norms and the decay), as a master copy would."""
     steps = max(warmup, 1)
     schedule = optax.linear_schedule(lr / steps, lr, steps - 1)
-    lamb = optax.lamb(schedule, weight_decay=weight_decay, mask=_decay_mask)
+    lamb = optax.lamb(schedule, weight_decay=weight_decay, mask=transformer.decay_mask)
 
     def init(params: Params) -> Any:
-        return lamb.init(_cast(params, "float32"))
+        return lamb.init(cast(params, "float32"))
 
     def update(grads: Params, state: Any, params: Params | None = None) -> tuple[Params, Any]:
         assert params is not None, "LAMB reads the parameters"
-        return lamb.update(_cast(grads, "float32"), state, _cast(params, "float32"))
+        return lamb.update(cast(grads, "float32"), state, cast(params, "float32"))
 
     return optax.GradientTransformation(init, update)
 

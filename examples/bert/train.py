@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
@@ -31,93 +29,46 @@ import numpy as np
 
 import ipujax
 
+if (EXAMPLES := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, EXAMPLES)  # examples/, for `shared`: see shared/__init__.py
+from shared import flags, load, meshes
+from shared.flags import UsageError, positive
+from shared.progress import Progress, announce_compiled
 
-def _sibling(name: str) -> ModuleType:
-    """A module of this folder, loaded by path under a unique name: `tests/cli` has its own
-    `workloads.py` and examples/gpt its own `model.py`, so these must not go through `sys.path`."""
-    full = f"bert_example_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
-
-
-model = _sibling("model")
-sharding = _sibling("sharding")
-workloads = _sibling("workloads")
-
-TARGETS = {"bow": ipujax.Target.bow, "mk2": ipujax.Target.mk2, "mk1": ipujax.Target.mk1}
-CHECK_RTOL, CHECK_ATOL = 1e-5, 1e-6
-
-
-class UsageError(Exception):
-    """A bad flag: one line on stderr, exit 2."""
-
-
-def positive(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def parse_mesh(text: str | None) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """'dp=2,pp=2' -> ((2, 2), ('dp', 'pp')); None -> one IPU on an axis named 'ipu'."""
-    if not text:
-        return (1,), ("ipu",)
-    sizes, names = [], []
-    for part in text.split(","):
-        name, sep, size = part.strip().partition("=")
-        if not sep or not name or not size.strip().isdigit() or int(size) < 1:
-            raise UsageError(f"--mesh {text!r}: expected NAME=SIZE,... such as dp=2,pp=2")
-        names.append(name.strip())
-        sizes.append(int(size))
-    return tuple(sizes), tuple(names)
+model = load.example("bert", "model")
+sharding = load.example("bert", "sharding")
+workloads = load.example("bert", "workloads")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="train.py", description="Train a tiny BERT on a virtual IPU system with ipujax."
+    parser = flags.parser(
+        "Train a tiny BERT on a virtual IPU system with ipujax.",
+        mesh_help="e.g. dp=2,tp=2 or dp=2,pp=2 (default: 1 IPU)",
     )
     add = parser.add_argument
-    add("--target", choices=sorted(TARGETS), default="bow", help="IPU generation (default bow)")
-    add("--tiles", type=positive, default=None, help="tiles per IPU (default: all of the target's)")
-    add("--mesh", default=None, help="e.g. dp=2,tp=2 or dp=2,pp=2 (default: 1 IPU)")
     add("--layers", type=positive, default=workloads.TINY.layers, help="encoder blocks (2)")
     add("--batch", type=positive, default=8, help="global batch in sequences (default 8)")
-    add("--pipeline", action="store_true", help="pipeline the step over the mesh's pp axis")
-    add("--microbatches", type=positive, default=2, help="micro-batches when pipelined (2)")
+    flags.add_pipeline(parser)
     add("--steps", type=positive, default=50, help="training steps (default 50)")
     add("--lr", type=float, default=2e-2, help="peak learning rate (default 2e-2)")
     add("--seed", type=int, default=0, help="initialisation and data seed (default 0)")
-    add("--check", action="store_true", help="also run every step with jax.jit and compare")
-    add("--report", default=None, metavar="PATH.json", help="write the step's cost report")
-    add("--log-every", type=positive, default=10, help="print the loss every N steps (default 10)")
+    flags.add_check(parser)
+    flags.add_logging(parser, progress_bar=False)
     return parser
 
 
 def make_mesh(args: argparse.Namespace, heads: int) -> ipujax.Mesh:
-    target = TARGETS[args.target]()
-    if args.tiles is not None:
-        target = target.with_tiles(args.tiles)
-    sizes, names = parse_mesh(args.mesh)
-    mesh = ipujax.make_mesh(sizes, names, target=target)
-    try:
+    mesh = meshes.make_mesh(args, args.mesh or meshes.ONE_IPU, "NAME=SIZE,... such as dp=2,pp=2")
+    with meshes.mesh_errors(args.mesh):
         sharding.check_divisible(mesh, heads)
-    except ValueError as error:
-        raise UsageError(f"--mesh {args.mesh}: {error}") from None
-    if args.pipeline and workloads.PIPELINE_AXIS not in names:
-        raise UsageError(f"--pipeline needs a mesh axis named {workloads.PIPELINE_AXIS}")
+    if args.pipeline:
+        meshes.require_pipeline_axis(mesh)
     return mesh
 
 
 def check_batch(args: argparse.Namespace, mesh: ipujax.Mesh) -> None:
     """Each micro-batch splits evenly over the data-parallel replicas."""
-    dp = dict(zip(mesh.axis_names, mesh.axis_shapes, strict=True)).get("dp", 1)
+    dp = meshes.axis_size(mesh, "dp")
     parts = dp * (args.microbatches if args.pipeline else 1)
     if args.batch % parts:
         raise UsageError(f"--batch {args.batch} does not split into {parts} parts (dp x micro)")
@@ -129,9 +80,7 @@ def jit_kwargs(args: argparse.Namespace, mesh: ipujax.Mesh, params: Any, state: 
         "in_shardings": sharding.train_specs(params, state, mesh),
     }
     if args.pipeline:
-        kwargs["pipeline"] = ipujax.Pipeline(
-            axis=workloads.PIPELINE_AXIS, microbatches=args.microbatches, recompute=True
-        )
+        kwargs["pipeline"] = meshes.pipeline(args.microbatches)
     return kwargs
 
 
@@ -143,19 +92,8 @@ def compile_step(
     return jitted.lower(params, opt_state, batch).compile(), jax.jit(step)
 
 
-def fail(message: str) -> int:
-    print(f"train.py: error: {message}", file=sys.stderr)
-    return 2
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return train(args)
-    except UsageError as error:
-        return fail(str(error))
-    except (ipujax.ConfigError, ipujax.ShardingError, ipujax.OutOfMemoryError) as error:
-        return fail(f"{type(error).__name__}: {' '.join(str(error).split())}")
+    return flags.run(train, build_parser(), argv)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -171,15 +109,7 @@ def train(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     batch_shapes = workloads.batch_shapes(config, args.batch)
     compiled, reference = compile_step(args, mesh, step, params, opt_state, batch_shapes)
-    report = compiled.cost_report()
-    print(
-        f"compiled in {time.perf_counter() - t:.1f} s: {report.total_cycles:,} cycles per step "
-        f"= {report.seconds * 1e3:.3f} ms on {mesh.ipus} {mesh.target.name} IPU(s), "
-        f"{args.batch / report.seconds:,.0f} sequences/s simulated, fits: {report.fits}"
-    )
-    if args.report:
-        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.report).write_text(report.to_json())
+    announce_compiled(compiled, mesh, t, args.batch, "sequences", args.report)
     return loop(args, config, (compiled, reference), params, opt_state)
 
 
@@ -189,27 +119,22 @@ def loop(
     """`args.steps` steps of the compiled program on fresh random batches, each checked against
     jax.jit's loss with `--check`: 0, or 1 when a check fails."""
     compiled, reference = steps
-    rng, losses, worst = np.random.default_rng(args.seed), [], 0.0
-    for i in range(1, args.steps + 1):
-        batch = workloads.random_batch(config, args.batch, rng)
-        new_params, new_state, loss = compiled(params, opt_state, batch)
-        if args.check:
-            want = float(reference(params, opt_state, batch)[2])
-            worst = max(worst, abs(float(loss) - want))
-            if not np.isclose(float(loss), want, rtol=CHECK_RTOL, atol=CHECK_ATOL):
-                print(
-                    f"check failed at step {i}: ipujax loss {float(loss)!r}, jax.jit loss "
-                    f"{want!r} (rtol {CHECK_RTOL}, atol {CHECK_ATOL})",
-                    file=sys.stderr,
+    rng, progress = np.random.default_rng(args.seed), Progress.of_flags(args)
+    with progress:
+        for i in range(1, args.steps + 1):
+            batch = workloads.random_batch(config, args.batch, rng)
+            new_params, new_state, loss = progress.timed(compiled, params, opt_state, batch)
+            if args.check:
+                problem = progress.compare(
+                    float(loss), float(reference(params, opt_state, batch)[2])
                 )
-                return 1
-        params, opt_state = new_params, new_state
-        losses.append(float(loss))
-        if i == 1 or i % args.log_every == 0 or i == args.steps:
-            print(f"step {i} loss {losses[-1]:.4f}")
-    print(f"steps 1->{args.steps}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+                if problem:
+                    return progress.failed(i, problem)
+            params, opt_state = new_params, new_state
+            progress.done(i, float(loss))
+    print(progress.summary(first=1))
     if args.check:
-        print(f"check passed: {args.steps} steps, max |loss - jax.jit loss| {worst:.3g}")
+        print(progress.check_passed())
     return 0
 
 

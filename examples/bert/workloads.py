@@ -32,86 +32,28 @@ is padded to 30,592 (a multiple of 128).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import ipujax
+if (EXAMPLES := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, EXAMPLES)  # examples/, for `shared`: see shared/__init__.py
+from shared import load, meshes
+from shared.transformer import pad_vocab
 
-
-def _sibling(name: str) -> ModuleType:
-    """A module of this folder, loaded by path under a unique name (see train.py)."""
-    full = f"bert_example_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
-
-
-model = _sibling("model")
-sharding = _sibling("sharding")
+model = load.example("bert", "model")
+sharding = load.example("bert", "sharding")
 
 BERT_VOCAB = 30522
-PIPELINE_AXIS = "pp"
-DATA_AXIS = "dp"
+DATA_AXIS, PIPELINE_AXIS = "dp", meshes.PIPELINE_AXIS  # the axes Graphcore ran BERT over
 TINY_MICROBATCHES = 16  # tiny's micro-batches per step when pipelined
 BASE_MICROBATCHES = 512  # pretrain_base_128's gradient_accumulation
 LARGE_MICROBATCHES = 2048  # pretrain_large_128's gradient_accumulation
 TINY = model.Config(vocab=128, seq=16, layers=2, d_model=32, heads=4, mask_tokens=4)
-
-
-def pad_vocab(vocab: int, multiple: int = 128) -> int:
-    return -(-vocab // multiple) * multiple
-
-
-def _size(mesh: Any, name: str) -> int:
-    if mesh is None:
-        return 1
-    return dict(zip(mesh.axis_names, mesh.axis_shapes, strict=True)).get(name, 1)
-
-
-def _pipelined(mesh: Any) -> bool:
-    return mesh is not None and PIPELINE_AXIS in mesh.axis_names
-
-
-def global_batch(mesh: Any, micro_batch: int, microbatches: int) -> int:
-    """Micro-batch times dp, times the micro-batches of a step when the mesh has a `pp` axis."""
-    return micro_batch * _size(mesh, "dp") * (microbatches if _pipelined(mesh) else 1)
-
-
-def _jit_kwargs(
-    mesh: Any,
-    params: Any,
-    opt_state: Any,
-    config: Any,
-    microbatches: int,
-    offchip: bool = False,
-) -> dict[str, Any]:
-    if mesh is None:
-        return {}
-    sharding.check_divisible(mesh, config.heads)
-    kwargs: dict[str, Any] = {
-        "mesh": mesh,
-        "in_shardings": sharding.train_specs(params, opt_state, mesh),
-    }
-    if _pipelined(mesh):
-        kwargs["pipeline"] = ipujax.Pipeline(
-            axis=PIPELINE_AXIS,
-            stages="auto",
-            microbatches=microbatches,
-            recompute=True,
-            optimizer_state_offchip=offchip,
-        )
-    return kwargs
 
 
 def batch_shapes(config: Any, batch: int) -> tuple[jax.ShapeDtypeStruct, ...]:
@@ -138,9 +80,11 @@ def training_step(config: Any, micro_batch: int, mesh: Any, microbatches: int) -
     optimizer = model.make_optimizer()
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
     opt_state = jax.eval_shape(optimizer.init, params)
-    batch = batch_shapes(config, global_batch(mesh, micro_batch, microbatches))
+    batch = batch_shapes(config, meshes.global_batch(mesh, micro_batch, microbatches))
     step = model.make_train_step(optimizer)
-    kwargs = _jit_kwargs(mesh, params, opt_state, config, microbatches, offchip=True)
+    kwargs = meshes.jit_kwargs(
+        mesh, sharding, (params, opt_state), config.heads, microbatches, offchip=True
+    )
     return step, (params, opt_state, batch), kwargs
 
 
@@ -154,40 +98,36 @@ def tiny(mesh: Any = None, microbatches: int | None = None) -> tuple:
     params = model.init(jax.random.key(0), config)
     opt_state = optimizer.init(params)
     rng = np.random.default_rng(0)
-    batch = random_batch(config, global_batch(mesh, 4, microbatches), rng)
+    batch = random_batch(config, meshes.global_batch(mesh, 4, microbatches), rng)
     step = model.make_train_step(optimizer)
-    kwargs = _jit_kwargs(mesh, params, opt_state, config, microbatches)
+    kwargs = meshes.jit_kwargs(mesh, sharding, (params, opt_state), config.heads, microbatches)
     return step, (params, opt_state, batch), kwargs
+
+
+def _pretraining(layers: int, d_model: int, heads: int) -> Any:
+    """BERT as Graphcore pretrained it (phase 1): the padded vocabulary, 128 tokens of which 20
+    are masked, float16."""
+    return model.Config(
+        vocab=pad_vocab(BERT_VOCAB),
+        seq=128,
+        layers=layers,
+        d_model=d_model,
+        heads=heads,
+        mask_tokens=20,
+        dtype="float16",
+    )
 
 
 def bert_base(mesh: Any = None, microbatches: int | None = None, layers: int = 12) -> tuple:
     """BERT-Base (110M): 12 layers, d 768, 12 heads, float16, 32 sequences per replica (per
     micro-batch when pipelined, `BASE_MICROBATCHES` of them by default)."""
-    config = model.Config(
-        vocab=pad_vocab(BERT_VOCAB),
-        seq=128,
-        layers=layers,
-        d_model=768,
-        heads=12,
-        mask_tokens=20,
-        dtype="float16",
-    )
     microbatches = BASE_MICROBATCHES if microbatches is None else microbatches
-    return training_step(config, 32, mesh, microbatches)
+    return training_step(_pretraining(layers, 768, 12), 32, mesh, microbatches)
 
 
 def bert_large(mesh: Any = None, microbatches: int | None = None, layers: int = 24) -> tuple:
     """BERT-Large (335M): 24 layers, d 1024, 16 heads, float16, 8 sequences per replica (per
     micro-batch when pipelined, `LARGE_MICROBATCHES` of them by default: on a Pod16 as
     `--mesh dp=4,pp=4`, 8 x 4 x 2048 = 65,536 sequences per step)."""
-    config = model.Config(
-        vocab=pad_vocab(BERT_VOCAB),
-        seq=128,
-        layers=layers,
-        d_model=1024,
-        heads=16,
-        mask_tokens=20,
-        dtype="float16",
-    )
     microbatches = LARGE_MICROBATCHES if microbatches is None else microbatches
-    return training_step(config, 8, mesh, microbatches)
+    return training_step(_pretraining(layers, 1024, 16), 8, mesh, microbatches)

@@ -10,11 +10,9 @@ program is compiled once): on one virtual IPU through `ipujax.jit`, or with `--j
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
@@ -23,21 +21,13 @@ import numpy as np
 
 import ipujax
 
+if (EXAMPLES := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, EXAMPLES)  # examples/, for `shared`: see shared/__init__.py
+from shared import load
+from shared.flags import TARGETS, UsageError
 
-def _sibling(name: str) -> ModuleType:
-    """A module of this folder, loaded by path under a unique name (see train.py)."""
-    full = f"gpt_example_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
-
-
-model = _sibling("model")
-train = _sibling("train")
+model = load.example("gpt", "model")
+train = load.example("gpt", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--temperature", type=float, default=0.8, help="sampling temperature, 0 greedy (0.8)")
     add("--seed", type=int, default=0, help="sampling seed (default 0)")
     add("--jax", action="store_true", help="run the forward pass with jax.jit, not ipujax")
-    add("--target", choices=sorted(train.TARGETS), default="bow", help="IPU (default bow)")
+    add("--target", choices=sorted(TARGETS), default="bow", help="IPU (default bow)")
     add("--tiles", type=int, default=None, help="tiles per IPU (default: all of the target's)")
     return parser
 
@@ -60,7 +50,7 @@ def make_forward(use_jax: bool, target: str, tiles: int | None = None) -> Any:
 
     if use_jax:
         return jax.jit(logits)
-    chip = train.TARGETS[target]()
+    chip = TARGETS[target]()
     mesh = ipujax.make_mesh((1,), ("ipu",), target=chip.with_tiles(tiles) if tiles else chip)
     return ipujax.jit(logits, mesh=mesh)
 
@@ -98,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         saved = train.load_checkpoint(args.checkpoint)
-    except train.UsageError as error:
+    except UsageError as error:
         print(f"generate.py: error: {error}", file=sys.stderr)
         return 2
     forward = make_forward(args.jax, args.target, args.tiles)

@@ -16,61 +16,40 @@ Laid out for tensor parallelism (see `sharding.py`):
   passes to `ipujax.jit(phases=...)`.
 - `Config.dtype` is the parameters' and activations' type (float32 by default; float16 as
   Graphcore trained GPT-3); the optimizer's moments are float32 whatever it is.
+
+The attention, layer norm, loss and weight-decay mask are examples/bert's too
+(examples/shared/transformer.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
+if (EXAMPLES := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, EXAMPLES)  # examples/, for `shared`: see shared/__init__.py
+from shared import transformer
+from shared.transformer import attention, cast, cross_entropy, layer_norm, norm_params
+
 Params = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class Config:
-    vocab: int = 256
-    seq: int = 64
-    layers: int = 2
-    d_model: int = 64
-    heads: int = 4
-    mlp_ratio: int = 4
+class Config(transformer.TransformerConfig):
+    """vocab, seq, layers, d_model, heads and mlp_ratio (defaults 256, 64, 2, 64, 4, 4), and
+    the parameters' and activations' type."""
+
     dtype: str = "float32"
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model {self.d_model} is not a multiple of heads {self.heads}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.heads
-
-    @property
-    def d_ff(self) -> int:
-        return self.mlp_ratio * self.d_model
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def layer_names(config: Config) -> list[str]:
-    """The named scopes of the blocks, one phase each for `ipujax.jit(phases=...)`."""
-    return [f"layer{i}" for i in range(config.layers)]
 
 
 # ---- parameters ---------------------------------------------------------------------------------
-
-
-def _norm(d: int) -> Params:
-    return {"scale": jnp.ones(d, jnp.float32), "bias": jnp.zeros(d, jnp.float32)}
-
-
-def _cast(params: Params, dtype: str) -> Params:
-    return jax.tree.map(lambda x: x.astype(dtype), params)
 
 
 def init(key: jax.Array, config: Config) -> Params:
@@ -89,14 +68,14 @@ def init(key: jax.Array, config: Config) -> Params:
         k = jax.random.split(keys[2 + i], 6)
         blocks.append(
             {
-                "ln1": _norm(d),
+                "ln1": norm_params(d),
                 "attn": {
                     "wqkv": normal(k[0], (d, h, 3, hd)),
                     "bqkv": jnp.zeros((h, 3, hd), jnp.float32),
                     "wo": normal(k[3], (h, hd, d), residual_std),
                     "bo": jnp.zeros(d, jnp.float32),
                 },
-                "ln2": _norm(d),
+                "ln2": norm_params(d),
                 "mlp": {
                     "w_in": normal(k[4], (d, ff)),
                     "b_in": jnp.zeros(ff, jnp.float32),
@@ -109,31 +88,12 @@ def init(key: jax.Array, config: Config) -> Params:
         "wte": normal(keys[0], (config.vocab, d)),
         "wpe": normal(keys[1], (config.seq, d), 0.01),
         "blocks": blocks,
-        "lnf": _norm(d),
+        "lnf": norm_params(d),
     }
-    return _cast(params, config.dtype)
+    return cast(params, config.dtype)
 
 
 # ---- forward ------------------------------------------------------------------------------------
-
-
-def layer_norm(x: jax.Array, p: Params, eps: float = 1e-5) -> jax.Array:
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + eps) * p["scale"] + p["bias"]
-
-
-def attention(x: jax.Array, p: Params) -> jax.Array:
-    """Causal multi-head attention; `x` is [batch, seq, d], heads stay a dimension of their own."""
-    seq, head_dim = x.shape[1], p["wqkv"].shape[-1]
-    qkv = jnp.einsum("btd,dhck->bthck", x, p["wqkv"]) + p["bqkv"]
-    q, k, v = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
-    scores = jnp.einsum("bthk,bshk->bhts", q, k) / math.sqrt(head_dim)
-    causal = jnp.tril(jnp.ones((seq, seq), bool))
-    scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
-    weights = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum("bhts,bshk->bthk", weights, v)
-    return jnp.einsum("bthk,hkd->btd", out, p["wo"]) + p["bo"]
 
 
 def mlp(x: jax.Array, p: Params) -> jax.Array:
@@ -141,7 +101,7 @@ def mlp(x: jax.Array, p: Params) -> jax.Array:
 
 
 def block(x: jax.Array, p: Params) -> jax.Array:
-    x = x + attention(layer_norm(x, p["ln1"]), p["attn"])
+    x = x + attention(layer_norm(x, p["ln1"]), p["attn"], causal=True)
     return x + mlp(layer_norm(x, p["ln2"]), p["mlp"])
 
 
@@ -159,17 +119,6 @@ def forward(params: Params, tokens: jax.Array, remat: bool = False) -> jax.Array
         return layer_norm(x, params["lnf"]) @ params["wte"].T  # tied LM head
 
 
-def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean cross-entropy of integer labels, as Megatron's vocab-parallel loss computes it: the
-    label's logit is a masked sum over the vocabulary rather than a gather, so logits split over
-    the vocabulary cost AllReduces of [batch, seq] (max, sum) instead of an AllGather of the
-    logits."""
-    log_normalizer = jax.nn.logsumexp(logits, axis=-1)
-    hit = labels[..., None] == jnp.arange(logits.shape[-1])
-    label_logit = jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
-    return jnp.mean(log_normalizer - label_logit)
-
-
 def loss_fn(params: Params, tokens: jax.Array, remat: bool = False) -> jax.Array:
     """Mean next-token cross-entropy; tokens is [batch, seq + 1]."""
     logits = forward(params, tokens[:, :-1], remat)
@@ -178,16 +127,6 @@ def loss_fn(params: Params, tokens: jax.Array, remat: bool = False) -> jax.Array
 
 
 # ---- training -----------------------------------------------------------------------------------
-
-
-def _decay_mask(params: Params) -> Any:
-    """Weight decay on the weights and embeddings (the parameters named `w...`), not on biases
-    and LayerNorm parameters, as GPT-2 does. By name, not by rank: the fused QKV bias is 3-D."""
-
-    def decayed(path: tuple, _: Any) -> bool:
-        return str(getattr(path[-1], "key", "")).startswith("w")
-
-    return jax.tree_util.tree_map_with_path(decayed, params)
 
 
 def make_optimizer(
@@ -200,7 +139,9 @@ def make_optimizer(
         [optax.linear_schedule(0.0, lr, max(warmup, 1)), optax.constant_schedule(lr)],
         [max(warmup, 1)],
     )
-    adamw = optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=weight_decay, mask=_decay_mask)
+    adamw = optax.adamw(
+        schedule, b1=0.9, b2=0.95, weight_decay=weight_decay, mask=transformer.decay_mask
+    )
     if clip <= 0:  # no clipping
         return optax.chain(optax.identity(), adamw)  # the same state structure either way
     return optax.chain(optax.clip_by_global_norm(clip), adamw)
@@ -208,7 +149,7 @@ def make_optimizer(
 
 def init_optimizer(optimizer: optax.GradientTransformation, params: Params) -> Any:
     """The optimizer's state, its moments float32 whatever the parameters' type."""
-    return optimizer.init(_cast(params, "float32"))
+    return optimizer.init(cast(params, "float32"))
 
 
 def accumulated_gradients(
@@ -239,7 +180,7 @@ def make_train_step(
 
     def train_step(params: Params, opt_state: Any, tokens: jax.Array) -> tuple[Params, Any, Any]:
         loss, grads = accumulated_gradients(params, tokens, remat, micro_batches)
-        grads = _cast(grads, "float32")  # the update in float32; no-op for float32 models
+        grads = cast(grads, "float32")  # the update in float32; no-op for float32 models
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 

@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
-import os
 import sys
 import sysconfig
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
@@ -38,27 +34,19 @@ import numpy as np
 
 import ipujax
 
+if (EXAMPLES := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, EXAMPLES)  # examples/, for `shared`: see shared/__init__.py
+from shared import flags, load, meshes
+from shared.files import write_atomic
+from shared.flags import UsageError, positive
+from shared.progress import Progress, Throughput, announce_compiled
+from shared.transformer import layer_names
 
-def _sibling(name: str) -> ModuleType:
-    """A module of this folder, loaded by path under a unique name: `tests/cli` has its own
-    `workloads.py`, so these must not be imported through `sys.path`."""
-    full = f"gpt_example_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
+model = load.example("gpt", "model")
+sharding = load.example("gpt", "sharding")
+workloads = load.example("gpt", "workloads")
 
-
-model = _sibling("model")
-sharding = _sibling("sharding")
-workloads = _sibling("workloads")
-
-TARGETS = {"bow": ipujax.Target.bow, "mk2": ipujax.Target.mk2, "mk1": ipujax.Target.mk1}
 CHECKPOINT_FILE = "checkpoint.npz"
-CHECK_RTOL, CHECK_ATOL = 1e-5, 1e-6
 
 # Flags a checkpoint fixes: a resumed run takes them from the checkpoint.
 MODEL_FLAGS = {"layers": 2, "d_model": 64, "heads": 4, "seq": 64}
@@ -74,43 +62,15 @@ RUN_FLAGS = {
 }
 
 
-class UsageError(Exception):
-    """A bad flag or a checkpoint that does not match: one line on stderr, exit 2."""
-
-
-def positive(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
 # ---- flags ----------------------------------------------------------------------------------
 
 
-def parse_mesh(text: str | None) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """'dp=2,tp=2' -> ((2, 2), ('dp', 'tp')); None -> one IPU on an axis named 'ipu'."""
-    if not text:
-        return (1,), ("ipu",)
-    sizes, names = [], []
-    for part in text.split(","):
-        name, sep, size = part.strip().partition("=")
-        if not sep or not name or not size.strip().isdigit() or int(size) < 1:
-            raise UsageError(f"--mesh {text!r}: expected NAME=SIZE,... such as dp=2,tp=2")
-        names.append(name.strip())
-        sizes.append(int(size))
-    return tuple(sizes), tuple(names)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="train.py", description="Train a small GPT on a virtual IPU system with ipujax."
+    parser = flags.parser(
+        "Train a small GPT on a virtual IPU system with ipujax.",
+        mesh_help="e.g. dp=2,tp=2 or dp=2,tp1=2,tp2=2 (default: 1 IPU)",
     )
     add = parser.add_argument
-    add("--target", choices=sorted(TARGETS), default="bow", help="IPU generation (default bow)")
-    add("--tiles", type=positive, default=None, help="tiles per IPU (default: all of the target's)")
-    add("--mesh", default=None, help="e.g. dp=2,tp=2 or dp=2,tp1=2,tp2=2 (default: 1 IPU)")
     add(
         "--phases",
         choices=["none", "auto", "layer"],
@@ -127,8 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="split the batch into N micro-batches and sum their gradients (default 1)",
     )
-    add("--pipeline", action="store_true", help="pipeline the step over the mesh's pp axis")
-    add("--microbatches", type=positive, default=2, help="micro-batches when pipelined (2)")
+    flags.add_pipeline(parser)
     add("--steps", type=positive, default=200, help="train until this step (default 200)")
     add("--lr", type=float, default=None, help=f"peak learning rate (default {RUN_FLAGS['lr']})")
     add("--warmup", type=int, default=None, help="linear warmup steps (default 20)")
@@ -136,14 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--clip", type=float, default=None, help="global gradient-norm clip, 0 for none (1.0)")
     add("--seed", type=int, default=None, help="initialisation and data seed (default 0)")
     add("--data", default=None, help="a text file or a folder of *.py (default: the stdlib)")
-    add("--check", action="store_true", help="also run every step with jax.jit and compare")
-    add("--report", default=None, metavar="PATH.json", help="write the step's cost report")
+    flags.add_check(parser)
     add("--plot", default=None, metavar="PATH.png", help="write the loss curve")
     add("--checkpoint", default=None, metavar="DIR", help="save a checkpoint here")
     add("--save-every", type=positive, default=100, help="checkpoint period in steps (default 100)")
     add("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
-    add("--log-every", type=positive, default=10, help="print the loss every N steps (default 10)")
-    add("--no-progress", action="store_true", help="no progress bar")
+    flags.add_logging(parser)
     return parser
 
 
@@ -208,25 +165,6 @@ def sample_batch(data: np.ndarray, rng: np.random.Generator, batch: int, seq: in
 # ---- checkpoints ----------------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, write: Any, suffix: str) -> None:
-    """Writes through `write(file)` to a temporary file beside `path`, then renames it over
-    `path`: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plain file is what open() makes
-        with os.fdopen(fd, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _named_leaves(prefix: str, tree: Any) -> dict[str, np.ndarray]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     return {prefix + jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
@@ -263,7 +201,7 @@ def save_checkpoint(
     arrays["rng"] = np.asarray(json.dumps(rng.bit_generator.state))
     arrays["run"] = np.asarray(json.dumps(run))
     arrays["losses"] = np.asarray(losses, np.float64)
-    _write_atomic(Path(folder) / CHECKPOINT_FILE, lambda f: np.savez(f, **arrays), ".npz")
+    write_atomic(Path(folder) / CHECKPOINT_FILE, lambda f: np.savez(f, **arrays), ".npz")
 
 
 def read_run(folder: str) -> dict[str, Any]:
@@ -315,7 +253,7 @@ def make_optimizer(run: dict[str, Any]) -> Any:
 def check_batch(run: dict[str, Any], mesh: ipujax.Mesh, microbatches: int = 1) -> None:
     """Each micro-batch (of the accumulation, or of the pipeline) splits evenly over the
     data-parallel replicas."""
-    dp = dict(zip(mesh.axis_names, mesh.axis_shapes, strict=True)).get("dp", 1)
+    dp = meshes.axis_size(mesh, "dp")
     count = run["grad_accumulation"] * microbatches
     parts = count * dp
     if run["batch"] % parts:
@@ -329,21 +267,12 @@ def pipeline_for(args: argparse.Namespace, mesh: ipujax.Mesh) -> ipujax.Pipeline
     """`ipujax.Pipeline` over the mesh's pp axis with --pipeline, recomputing each stage."""
     if not args.pipeline:
         return None
-    if workloads.PIPELINE_AXIS not in mesh.axis_names:
-        raise UsageError(f"--pipeline needs a mesh axis named {workloads.PIPELINE_AXIS}")
-    return workloads.pipeline(args.microbatches)
+    meshes.require_pipeline_axis(mesh)
+    return meshes.pipeline(args.microbatches)
 
 
 def phases_for(flag: str, config: Any) -> Any:
-    return {"none": None, "auto": "auto", "layer": model.layer_names(config)}[flag]
-
-
-def make_mesh(args: argparse.Namespace) -> ipujax.Mesh:
-    target = TARGETS[args.target]()
-    if args.tiles is not None:
-        target = target.with_tiles(args.tiles)
-    sizes, names = parse_mesh(args.mesh)
-    return ipujax.make_mesh(sizes, names, target=target)
+    return {"none": None, "auto": "auto", "layer": layer_names(config)}[flag]
 
 
 _COMPILED: dict[Any, Any] = {}  # compiled steps, reused by runs in one process (tests)
@@ -387,39 +316,12 @@ def write_plot(path: str, losses: list[float], title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    _write_atomic(Path(path), lambda f: fig.savefig(f, format="png"), ".png")
+    write_atomic(Path(path), lambda f: fig.savefig(f, format="png"), ".png")
     plt.close(fig)
 
 
-class Meter:
-    """Wall-clock seconds per step of the simulator, leaving out the first (which compiles the
-    runtime)."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def add(self, seconds: float) -> None:
-        self.times.append(seconds)
-
-    @property
-    def seconds(self) -> float:
-        steady = self.times[1:] or self.times
-        return float(np.mean(steady)) if steady else float("nan")
-
-
-def fail(message: str) -> int:
-    print(f"train.py: error: {message}", file=sys.stderr)
-    return 2
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return train(args)
-    except UsageError as error:
-        return fail(str(error))
-    except (ipujax.ConfigError, ipujax.ShardingError, ipujax.OutOfMemoryError) as error:
-        return fail(f"{type(error).__name__}: {' '.join(str(error).split())}")
+    return flags.run(train, build_parser(), argv)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -429,12 +331,10 @@ def train(args: argparse.Namespace) -> int:
     resumed = load_checkpoint(args.checkpoint) if args.resume else None
     run = settings(args, resumed["run"] if resumed else None)
     config = config_of(run)
-    mesh = make_mesh(args)
-    try:
+    mesh = meshes.make_mesh(args, args.mesh or meshes.ONE_IPU, "NAME=SIZE,... such as dp=2,tp=2")
+    with meshes.mesh_errors(args.mesh):
         sharding.check_divisible(mesh, config.heads)
         sharding.strategy(mesh)
-    except ValueError as error:
-        raise UsageError(f"--mesh {args.mesh}: {error}") from None
     pipeline = pipeline_for(args, mesh)
     if pipeline is not None and run["grad_accumulation"] > 1:
         raise UsageError("--pipeline accumulates over its --microbatches; drop --grad-accumulation")
@@ -455,21 +355,15 @@ def train(args: argparse.Namespace) -> int:
     compiled, reference = compile_step(
         run, mesh, phases_for(args.phases, config), params, opt_state, pipeline
     )
-    report = compiled.cost_report()
     tokens_per_step = run["batch"] * run["seq"]
-    ipu_rate = tokens_per_step / report.seconds
-    print(
-        f"compiled in {time.perf_counter() - t:.1f} s: {report.total_cycles:,} cycles per step "
-        f"= {report.seconds * 1e3:.3f} ms on {mesh.ipus} {mesh.target.name} IPU(s), "
-        f"{ipu_rate:,.0f} tokens/s simulated, fits: {report.fits}"
-    )
-    if args.report:
-        _write_atomic(Path(args.report), lambda f: f.write(report.to_json().encode()), ".json")
+    ipu_rate = announce_compiled(compiled, mesh, t, tokens_per_step, "tokens", args.report)
     if start >= args.steps:
         print(f"the checkpoint is at step {start}, not before --steps {args.steps}: nothing to do")
         return 0
 
-    status = loop(args, run, data, compiled, reference, params, opt_state, rng, start, losses)
+    throughput = Throughput(tokens_per_step, ipu_rate, unit="tok", noun="tokens")
+    progress = Progress.of_flags(args, throughput, start, losses)
+    status = loop(args, run, data, (compiled, reference), (params, opt_state, rng), progress)
     if status:
         return status
     if args.plot:
@@ -488,57 +382,30 @@ def loop(
     args: argparse.Namespace,
     run: dict[str, Any],
     data: np.ndarray,
-    compiled: ipujax.Compiled,
-    reference: Any,
-    params: Any,
-    opt_state: Any,
-    rng: np.random.Generator,
-    start: int,
-    losses: list[float],
+    steps: tuple[ipujax.Compiled, Any],
+    state: tuple[Any, Any, np.random.Generator],
+    progress: Progress,
 ) -> int:
-    from tqdm import tqdm
-
-    tokens_per_step = run["batch"] * run["seq"]
-    ipu_rate = tokens_per_step / compiled.cost_report().seconds
-    meter, worst = Meter(), 0.0
-    bar = tqdm(total=args.steps, initial=start, disable=args.no_progress, unit="step")
-    with bar:
-        for step in range(start + 1, args.steps + 1):
+    """Steps to --steps of the compiled program (and of jax.jit with --check) on windows of
+    `data`, checkpointed every --save-every steps: 0, or 1 when a check fails."""
+    compiled, reference = steps
+    params, opt_state, rng = state
+    with progress:
+        for step in range(progress.start + 1, args.steps + 1):
             tokens = sample_batch(data, rng, run["batch"], run["seq"])
-            t = time.perf_counter()
-            new_params, new_state, loss = jax.block_until_ready(compiled(params, opt_state, tokens))
-            meter.add(time.perf_counter() - t)
+            new_params, new_state, loss = progress.timed(compiled, params, opt_state, tokens)
             loss = float(loss)
             if args.check:
-                want = float(reference(params, opt_state, tokens)[2])
-                worst = max(worst, abs(loss - want))
-                if not np.isclose(loss, want, rtol=CHECK_RTOL, atol=CHECK_ATOL):
-                    bar.close()
-                    print(
-                        f"check failed at step {step}: ipujax loss {loss!r}, jax.jit loss "
-                        f"{want!r} (rtol {CHECK_RTOL}, atol {CHECK_ATOL})",
-                        file=sys.stderr,
-                    )
-                    return 1
+                problem = progress.compare(loss, float(reference(params, opt_state, tokens)[2]))
+                if problem:
+                    return progress.failed(step, problem)
             params, opt_state = new_params, new_state
-            losses.append(loss)
-            sim_rate = tokens_per_step / meter.times[-1]
-            postfix = f"loss {loss:.4f} sim {sim_rate:,.0f} tok/s ipu {ipu_rate:,.0f} tok/s"
-            bar.set_postfix_str(postfix, refresh=False)
-            bar.update()
-            if step == start + 1 or step % args.log_every == 0 or step == args.steps:
-                tqdm.write(f"step {step} loss {loss:.4f}")
+            progress.done(step, loss)
             if args.checkpoint and (step % args.save_every == 0 or step == args.steps):
-                save_checkpoint(args.checkpoint, params, opt_state, step, rng, run, losses)
-    tail = losses[start:][-10:]
-    print(
-        f"steps {start}->{args.steps}: loss {losses[start]:.4f} -> {losses[-1]:.4f} "
-        f"(mean of the last {len(tail)}: {np.mean(tail):.4f}); "
-        f"simulator {tokens_per_step / meter.seconds:,.0f} "
-        f"tokens/s ({meter.seconds * 1e3:.1f} ms per step), simulated IPUs {ipu_rate:,.0f} tokens/s"
-    )
+                save_checkpoint(args.checkpoint, params, opt_state, step, rng, run, progress.losses)
+    print(progress.summary(first=progress.start))
     if args.check:
-        print(f"check passed: {args.steps - start} steps, max |loss - jax.jit loss| {worst:.3g}")
+        print(progress.check_passed())
     return 0
 
 

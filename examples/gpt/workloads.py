@@ -24,78 +24,31 @@ a shallower copy and extrapolates, every layer being alike.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import ipujax
+if (EXAMPLES := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, EXAMPLES)  # examples/, for `shared`: see shared/__init__.py
+from shared import load, meshes
+from shared.transformer import pad_vocab
 
-
-def _sibling(name: str) -> ModuleType:
-    """A module of this folder, loaded by path under a unique name (see train.py)."""
-    full = f"gpt_example_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
-
-
-model = _sibling("model")
-sharding = _sibling("sharding")
+model = load.example("gpt", "model")
+sharding = load.example("gpt", "sharding")
 
 GPT2_VOCAB = 50257
-PIPELINE_AXIS = "pp"
 MICROBATCHES = 16  # per step when pipelined: a 4-stage bubble of 3/19, 16%
 TINY_MICROBATCHES = 4
-
-
-def pad_vocab(vocab: int, multiple: int = 128) -> int:
-    return -(-vocab // multiple) * multiple
-
-
-def _dp(mesh: Any) -> int:
-    if mesh is None:
-        return 1
-    return dict(zip(mesh.axis_names, mesh.axis_shapes, strict=True)).get("dp", 1)
-
-
-def _pipelined(mesh: Any) -> bool:
-    return mesh is not None and PIPELINE_AXIS in mesh.axis_names
-
-
-def global_batch(mesh: Any, per_replica: int, microbatches: int) -> int:
-    """Per replica times dp, times the micro-batches of a step when the mesh has a `pp` axis."""
-    return per_replica * _dp(mesh) * (microbatches if _pipelined(mesh) else 1)
 
 
 def _jit_kwargs(
     mesh: Any, params: Any, opt_state: Any, config: Any, microbatches: int = MICROBATCHES
 ) -> dict[str, Any]:
-    if mesh is None:
-        return {}
-    sharding.check_divisible(mesh, config.heads)
-    kwargs: dict[str, Any] = {
-        "mesh": mesh,
-        "in_shardings": sharding.train_specs(params, opt_state, mesh),
-    }
-    if _pipelined(mesh):
-        kwargs["pipeline"] = pipeline(microbatches)
-    return kwargs
-
-
-def pipeline(microbatches: int) -> ipujax.Pipeline:
-    """The step pipelined over the `pp` axis, one stage per IPU of it, balanced over the
-    layers, each stage recomputed in the backward pass."""
-    return ipujax.Pipeline(PIPELINE_AXIS, "auto", microbatches=microbatches, recompute=True)
+    return meshes.jit_kwargs(mesh, sharding, (params, opt_state), config.heads, microbatches)
 
 
 def training_step(
@@ -109,7 +62,7 @@ def training_step(
     optimizer = model.make_optimizer()
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
     opt_state = jax.eval_shape(lambda p: model.init_optimizer(optimizer, p), params)
-    batch = global_batch(mesh, batch_per_replica, microbatches)
+    batch = meshes.global_batch(mesh, batch_per_replica, microbatches)
     tokens = jax.ShapeDtypeStruct((batch, config.seq + 1), jnp.int32)
     step = model.make_train_step(optimizer, remat)
     kwargs = _jit_kwargs(mesh, params, opt_state, config, microbatches)
@@ -123,7 +76,7 @@ def tiny(mesh: Any = None) -> tuple:
     params = model.init(jax.random.key(0), config)
     opt_state = model.init_optimizer(optimizer, params)
     rng = np.random.default_rng(0)
-    batch = global_batch(mesh, 4, TINY_MICROBATCHES)
+    batch = meshes.global_batch(mesh, 4, TINY_MICROBATCHES)
     tokens = rng.integers(0, config.vocab, (batch, config.seq + 1), dtype=np.int32)
     step = model.make_train_step(optimizer)
     kwargs = _jit_kwargs(mesh, params, opt_state, config, TINY_MICROBATCHES)

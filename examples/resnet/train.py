@@ -18,12 +18,10 @@ cost report's seconds per step).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
@@ -32,76 +30,39 @@ import numpy as np
 
 import ipujax
 
+if (EXAMPLES := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, EXAMPLES)  # examples/, for `shared`: see shared/__init__.py
+from shared import flags, load, meshes
+from shared.flags import UsageError, positive
+from shared.progress import Progress, Throughput, announce_compiled, loss_mismatch
 
-def _sibling(name: str) -> ModuleType:
-    """A module of this folder, loaded by path under a unique name: `tests/cli` has its own
-    `workloads.py` and examples/gpt its own `model.py`, so these must not go through `sys.path`."""
-    full = f"resnet_example_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
+model = load.example("resnet", "model")
+sharding = load.example("resnet", "sharding")
 
-
-model = _sibling("model")
-sharding = _sibling("sharding")
-
-TARGETS = {"bow": ipujax.Target.bow, "mk2": ipujax.Target.mk2, "mk1": ipujax.Target.mk1}
-CHECK_RTOL, CHECK_ATOL = 1e-5, 1e-6  # the loss, elementwise
 STATE_RTOL, STATE_ATOL = 5e-2, 1e-6  # a param or statistic, in norm, against its change
 NOISE = 1.0  # the noise's standard deviation; the class patterns' is 1
 PATTERN_CELLS = 4  # each class pattern is 4x4 cells of random colour, upsampled to the image
 
 
-class UsageError(Exception):
-    """A bad flag: one line on stderr, exit 2."""
-
-
-def positive(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
 # ---- flags ----------------------------------------------------------------------------------
 
 
-def parse_mesh(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """'dp=4' -> ((4,), ('dp',))."""
-    sizes, names = [], []
-    for part in text.split(","):
-        name, sep, size = part.strip().partition("=")
-        if not sep or not name or not size.strip().isdigit() or int(size) < 1:
-            raise UsageError(f"--mesh {text!r}: expected NAME=SIZE such as dp=4")
-        names.append(name.strip())
-        sizes.append(int(size))
-    return tuple(sizes), tuple(names)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="train.py",
-        description="Train a small ResNet data parallel on a virtual IPU system with ipujax.",
+    parser = flags.parser(
+        "Train a small ResNet data parallel on a virtual IPU system with ipujax.",
+        mesh_help="data-parallel replicas, e.g. dp=4 (the default) or dp=1",
+        target="mk2",
+        mesh="dp=4",
     )
     add = parser.add_argument
-    add("--target", choices=sorted(TARGETS), default="mk2", help="IPU generation (default mk2)")
-    add("--tiles", type=positive, default=None, help="tiles per IPU (default: all of the target's)")
-    add("--mesh", default="dp=4", help="data-parallel replicas, e.g. dp=4 (the default) or dp=1")
     add("--steps", type=positive, default=100, help="training steps (default 100)")
     add("--batch", type=positive, default=32, help="global batch (default 32)")
     add("--optimizer", choices=model.OPTIMIZERS, default="sgd", help="default sgd (momentum)")
     add("--lr", type=float, default=None, help=f"learning rate (default {model.DEFAULT_LR})")
     add("--weight-decay", type=float, default=1e-4, help="on kernels only (default 1e-4)")
     add("--seed", type=int, default=0, help="initialisation and data seed (default 0)")
-    add("--check", action="store_true", help="also run every step with jax.jit and compare")
-    add("--report", default=None, metavar="PATH.json", help="write the step's cost report")
-    add("--log-every", type=positive, default=10, help="print the loss every N steps (default 10)")
-    add("--no-progress", action="store_true", help="no progress bar")
+    flags.add_check(parser)
+    flags.add_logging(parser)
     return parser
 
 
@@ -133,15 +94,9 @@ def sample_batch(
 
 
 def make_mesh(args: argparse.Namespace) -> ipujax.Mesh:
-    target = TARGETS[args.target]()
-    if args.tiles is not None:
-        target = target.with_tiles(args.tiles)
-    sizes, names = parse_mesh(args.mesh)
-    mesh = ipujax.make_mesh(sizes, names, target=target)
-    try:
+    mesh = meshes.make_mesh(args, args.mesh, "NAME=SIZE such as dp=4")
+    with meshes.mesh_errors(args.mesh):
         sharding.check_mesh(mesh)
-    except ValueError as error:
-        raise UsageError(f"--mesh {args.mesh}: {error}") from None
     return mesh
 
 
@@ -198,8 +153,8 @@ def check_step(state: Any, got: Any, want: Any) -> tuple[str | None, float]:
     """Why ipujax's step differs from jax.jit's beyond rounding (or None), and the largest
     drift of a parameter or batch norm statistic relative to its change in the step.
 
-    The loss must agree to CHECK_RTOL elementwise. Each leaf of the new parameters and running
-    statistics must agree in norm to STATE_RTOL of its change in the step. That is loose on
+    The loss must agree within rounding (`loss_mismatch`). Each leaf of the new parameters and
+    running statistics must agree in norm to STATE_RTOL of its change in the step. That is loose on
     purpose: float32 rounding differs between the programs (on many IPUs the batch statistics
     and gradients are summed in another order), and where a ReLU's input is within rounding of
     zero either program may pass the gradient; each way is as right as the other (a float64 step
@@ -208,10 +163,9 @@ def check_step(state: Any, got: Any, want: Any) -> tuple[str | None, float]:
     missing AllReduce, per-replica batch statistics, a gradient off by the dp factor) by tens of
     percent. The optimizer's state is not compared itself: its new value drives this step's
     update, and the change of a slow average (Adam's second moment) is a cancellation."""
-    loss, reference = float(got[3]), float(want[3])
-    if not np.isclose(loss, reference, rtol=CHECK_RTOL, atol=CHECK_ATOL):
-        message = f"ipujax loss {loss!r}, jax.jit loss {reference!r}"
-        return f"{message} (rtol {CHECK_RTOL}, atol {CHECK_ATOL})", float("inf")
+    problem = loss_mismatch(float(got[3]), float(want[3]))
+    if problem:
+        return problem, float("inf")
     worst = 0.0
     for name, (error, change) in drift(state[:2], got[:2], want[:2]).items():
         if error > STATE_RTOL * change + STATE_ATOL:
@@ -224,35 +178,8 @@ def check_step(state: Any, got: Any, want: Any) -> tuple[str | None, float]:
     return None, worst
 
 
-class Meter:
-    """Wall-clock seconds per step of the simulator, leaving out the first (which compiles the
-    runtime)."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def add(self, seconds: float) -> None:
-        self.times.append(seconds)
-
-    @property
-    def seconds(self) -> float:
-        steady = self.times[1:] or self.times
-        return float(np.mean(steady)) if steady else float("nan")
-
-
-def fail(message: str) -> int:
-    print(f"train.py: error: {message}", file=sys.stderr)
-    return 2
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return train(args)
-    except UsageError as error:
-        return fail(str(error))
-    except (ipujax.ConfigError, ipujax.ShardingError, ipujax.OutOfMemoryError) as error:
-        return fail(f"{type(error).__name__}: {' '.join(str(error).split())}")
+    return flags.run(train, build_parser(), argv)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -268,19 +195,10 @@ def train(args: argparse.Namespace) -> int:
     print(f"mesh: {mesh}; optimizer: {args.optimizer}; global batch {args.batch}")
     t = time.perf_counter()
     compiled, reference = compile_step(args, config, mesh, state)
-    report = compiled.cost_report()
-    ipu_rate = args.batch / report.seconds
-    print(
-        f"compiled in {time.perf_counter() - t:.1f} s: {report.total_cycles:,} cycles per step "
-        f"= {report.seconds * 1e3:.3f} ms on {mesh.ipus} {mesh.target.name} IPU(s), "
-        f"{ipu_rate:,.0f} images/s simulated, fits: {report.fits}"
-    )
-    if args.report:
-        path = Path(args.report)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report.to_json())
+    ipu_rate = announce_compiled(compiled, mesh, t, args.batch, "images", args.report)
+    throughput = Throughput(args.batch, ipu_rate, unit="img", noun="images", digits=1)
     patterns = class_patterns(config, args.seed)
-    status = loop(args, (compiled, reference), state, patterns, ipu_rate)
+    status = loop(args, (compiled, reference), state, patterns, Progress.of_flags(args, throughput))
     print(f"wall time {time.perf_counter() - started:.1f} s")
     return status
 
@@ -290,51 +208,28 @@ def loop(
     steps: tuple[ipujax.Compiled, Any],
     state: tuple[Any, Any, Any],
     patterns: np.ndarray,
-    ipu_rate: float,
+    progress: Progress,
 ) -> int:
-    from tqdm import tqdm
-
+    """--steps steps of the compiled program (and of jax.jit with --check) on fresh batches of
+    the class patterns: 0, or 1 when a check fails."""
     compiled, reference = steps
-    rng = np.random.default_rng(args.seed + 1)
-    meter, losses, worst, drifted = Meter(), [], 0.0, 0.0
-    bar = tqdm(total=args.steps, disable=args.no_progress, unit="step")
-    with bar:
+    rng, drifted = np.random.default_rng(args.seed + 1), 0.0
+    with progress:
         for step in range(1, args.steps + 1):
             images, labels = sample_batch(patterns, rng, args.batch)
-            t = time.perf_counter()
-            out = jax.block_until_ready(compiled(*state, images, labels))
-            meter.add(time.perf_counter() - t)
+            out = progress.timed(compiled, *state, images, labels)
             if args.check:
                 want = reference(*state, images, labels)
                 problem, relative = check_step(state, out, want)
                 if problem:
-                    bar.close()
-                    print(f"check failed at step {step}: {problem}", file=sys.stderr)
-                    return 1
-                worst = max(worst, abs(float(out[3]) - float(want[3])))
+                    return progress.failed(step, problem)
+                progress.compare(float(out[3]), float(want[3]))
                 drifted = max(drifted, relative)
-            state, loss = out[:3], float(out[3])
-            losses.append(loss)
-            postfix = (
-                f"loss {loss:.4f} sim {args.batch / meter.times[-1]:,.0f} img/s "
-                f"ipu {ipu_rate:,.0f} img/s"
-            )
-            bar.set_postfix_str(postfix, refresh=False)
-            bar.update()
-            if step == 1 or step % args.log_every == 0 or step == args.steps:
-                tqdm.write(f"step {step} loss {loss:.4f}")
-    tail = losses[-10:]
-    print(
-        f"steps 1->{args.steps}: loss {losses[0]:.4f} -> {losses[-1]:.4f} "
-        f"(mean of the last {len(tail)}: {np.mean(tail):.4f}); "
-        f"simulator {args.batch / meter.seconds:,.1f} images/s "
-        f"({meter.seconds * 1e3:.1f} ms per step), simulated IPUs {ipu_rate:,.0f} images/s"
-    )
+            state = out[:3]
+            progress.done(step, float(out[3]))
+    print(progress.summary(first=1))
     if args.check:
-        print(
-            f"check passed: {args.steps} steps, max |loss - jax.jit loss| {worst:.3g}, "
-            f"largest state drift {drifted:.3g} of a step's change"
-        )
+        print(f"{progress.check_passed()}, largest state drift {drifted:.3g} of a step's change")
     return 0
 
 

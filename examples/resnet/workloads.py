@@ -22,30 +22,19 @@ momentum 0.9 by default as there.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+if (EXAMPLES := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, EXAMPLES)  # examples/, for `shared`: see shared/__init__.py
+from shared import load
 
-def _sibling(name: str) -> ModuleType:
-    """A module of this folder, loaded by path under a unique name (see train.py)."""
-    full = f"resnet_example_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full]
-
-
-model = _sibling("model")
-sharding = _sibling("sharding")
+model = load.example("resnet", "model")
+sharding = load.example("resnet", "sharding")
 
 GRAPHCORE_MICRO_BATCH = 18  # images per replica in Graphcore's resnet50_mk2 config
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipujax.report import CostReport, PhaseCost, popvision_name
+from ipujax.report import CostReport, PhaseCost, TileUsage, popvision_name
 from lowering import shorten_paths
 from partitioner import pipeline_slots
 
@@ -281,6 +281,24 @@ class IpuMemory:
     peak_tile_always_live: int  # the split on the fullest tile
     over_budget_tiles: int
 
+    def liveness_rows(self) -> tuple[tuple[str, str, str, str], ...]:
+        """(kind, all tiles, the fullest tile of this kind, on the peak tile): always-live
+        bytes, then the rest."""
+        return (
+            (
+                "always-live (inputs, constants)",
+                fmt_bytes(self.always_live),
+                fmt_bytes(self.always_live_max),
+                fmt_bytes(self.peak_tile_always_live),
+            ),
+            (
+                "not-always-live + code (the rest)",
+                fmt_bytes(self.not_always_live),
+                fmt_bytes(self.not_always_live_max),
+                fmt_bytes(self.peak - self.peak_tile_always_live),
+            ),
+        )
+
 
 def ipu_groups(report: CostReport) -> list[tuple[str, IpuMemory]]:
     """IPUs whose tiles hold the same bytes, as one row each: ('0-3', memory of IPU 0). Every
@@ -386,6 +404,14 @@ def repeated_tensors(report: CostReport) -> list[int | None]:
         out.append(seen.get(key) if key else None)
         seen.setdefault(key, usage.tile)
     return out
+
+
+def largest_tensors(usage: TileUsage, same: int | None) -> tuple[tuple[int | str, str], ...]:
+    """A fullest tile's largest tensors as (bytes, what) rows; one line when they are those of
+    tile `same`, listed above it."""
+    if same is not None:
+        return (("", f"(the same largest tensors as tile {same})"),)
+    return usage.tensors or ((0, "(none listed)"),)
 
 
 def bin_labels(bins: list[Bin]) -> list[str]:

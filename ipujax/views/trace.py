@@ -278,6 +278,15 @@ def build_trace(report: CostReport) -> dict[str, Any]:
         + _phase_events(report, threads, ipus)
         + _pipeline_events(report, threads)
     )
+    return {
+        "traceEvents": _process_events(report, ipus) + threads.metadata() + slices,
+        "displayTimeUnit": "ns",
+        "otherData": _other_data(report, ipus),
+    }
+
+
+def _process_events(report: CostReport, ipus: int) -> list[dict[str, Any]]:
+    """Each IPU's process name and place; the pipeline's process when the step has stages."""
     processes = [
         event
         for pid in range(ipus)
@@ -311,21 +320,21 @@ def build_trace(report: CostReport) -> dict[str, Any]:
                 },
             }
         )
+    return processes
+
+
+def _other_data(report: CostReport, ipus: int) -> dict[str, Any]:
     return {
-        "traceEvents": processes + threads.metadata() + slices,
-        "displayTimeUnit": "ns",
-        "otherData": {
-            "generator": "ipujax cost-report",
-            "target": report.target,
-            "system": report.system,
-            "ipus": report.ipus,
-            "ipus_drawn": ipus,
-            "note": "every IPU runs the same program (SPMD); supersteps run one after another",
-            "tiles_per_ipu": report.tiles_per_ipu,
-            "clock_hz": report.clock_hz,
-            "total_cycles": report.total_cycles,
-            "seconds": report.seconds,
-        },
+        "generator": "ipujax cost-report",
+        "target": report.target,
+        "system": report.system,
+        "ipus": report.ipus,
+        "ipus_drawn": ipus,
+        "note": "every IPU runs the same program (SPMD); supersteps run one after another",
+        "tiles_per_ipu": report.tiles_per_ipu,
+        "clock_hz": report.clock_hz,
+        "total_cycles": report.total_cycles,
+        "seconds": report.seconds,
     }
 
 

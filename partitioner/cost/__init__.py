@@ -1,14 +1,16 @@
-"""The cost model: cycles and bytes from the Target's numbers (docs/target.md), one module per
-concern. Tile rules and planners charge with these formulas while they schedule, so a plan is
-chosen by what it will be charged; `summary` adds up what the schedule was charged.
+"""The cost model's leaf formulas: cycles and bytes from the Target's numbers (docs/target.md),
+one module per concern, pure functions of the Target and the system. Tile rules and planners
+charge with them while they schedule, so a plan is chosen by what it will be charged; the
+summaries above the schedule (`partitioner.step`, `phases.streaming`, `pipelines.schedule`) only
+add up what the schedule was charged.
 
-    compute     matmul (AMP) and vector cycles on one tile
+    amp         the AMP vertex a matmul or convolution runs on a tile, its partials' reduction
+    vector      every elementwise op's popops vertex: unary, binary, cast, reduce cycles
+    copies      rearranging copies, transposes, slices and fills on a tile
+    compute     the AMP peak, for FLOP utilisation
     exchange    on-chip exchange and sync, and sync across IPUs
-    links       ring collectives over IPU-Links and Gateway-Links; where mesh axes sit
     topology    which links a group's ring runs over: ladders, the Pod64 torus, Gateway-Links
-    streaming   phased programs: loads, stores and gathers per phase, capacity, overlap
-    summary     one step's cost: supersteps in order, collectives, phases and totals
+    links       ring collectives over those links; where mesh axes sit (`LinkModel`)
 
-The modules import the records they need directly; this package itself imports nothing, so
-that the schedule's records (`partitioner.program`) may refer to `links.CollectiveCost`.
+May import: `lowering`, `partitioner.target`, `partitioner.mesh`, and itself; nothing above.
 """

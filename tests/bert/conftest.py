@@ -4,20 +4,15 @@ and examples/gpt a `model.py` of their own, so these must not be imported throug
 
 from __future__ import annotations
 
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
-from helpers import load_example
+from helpers import example_modules
 
 # Small settings for train.py: a few seconds per run, most of it JAX compiling the simulator.
 TINY = ["--tiles", "64", "--batch", "8"]
 
 
-def load(name: str) -> ModuleType:
-    return load_example("bert", name)
-
-
 @pytest.fixture(scope="session")
 def bert() -> SimpleNamespace:
-    names = ("model", "sharding", "train", "workloads")
-    return SimpleNamespace(**{name: load(name) for name in names}, tiny=list(TINY))
+    return example_modules("bert", ("model", "sharding", "train", "workloads"), TINY)

@@ -5,7 +5,6 @@ and train.py run in-process through `main(argv)`."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from pathlib import Path
@@ -16,8 +15,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_trees_close
+from helpers import (
+    assert_trees_close,
+    keyword_defaults,
+    printed_losses,
+    run_train,
+    skew_reference,
+    usage_error,
+)
 from jax.sharding import PartitionSpec as P
+from shared.transformer import decay_mask
 
 import ipujax
 
@@ -110,7 +117,7 @@ def test_weight_decay_skips_biases_and_norms(bert: SimpleNamespace) -> None:
     params = bert.model.init(jax.random.key(0), bert.workloads.TINY)
     decayed = {
         jax.tree_util.keystr(path): flag
-        for path, flag in jax.tree_util.tree_flatten_with_path(bert.model._decay_mask(params))[0]
+        for path, flag in jax.tree_util.tree_flatten_with_path(decay_mask(params))[0]
     }
     on = {name for name, flag in decayed.items() if flag}
     assert {"['wte']", "['wpe']", "['mlm']['w']", "['blocks'][1]['attn']['wqkv']"} <= on
@@ -143,9 +150,8 @@ def test_float16_params_keep_float32_moments(bert: SimpleNamespace) -> None:
 
 @pytest.mark.parametrize("name", FACTORIES)
 def test_factories_take_mesh_and_microbatches_keywords(bert: SimpleNamespace, name: str) -> None:
-    parameters = inspect.signature(getattr(bert.workloads, name)).parameters
-    assert parameters["mesh"].default is None
-    assert parameters["microbatches"].default is None
+    defaults = keyword_defaults(getattr(bert.workloads, name))
+    assert defaults["mesh"] is None and defaults["microbatches"] is None
 
 
 @pytest.mark.parametrize(("name", "micro"), [("bert_base", 32), ("bert_large", 8)])
@@ -214,20 +220,15 @@ def test_a_pp_axis_pipelines_and_splits_nothing(bert: SimpleNamespace) -> None:
 # ---- train.py ------------------------------------------------------------------------------
 
 
-def run(bert: SimpleNamespace, *flags: str) -> int:
-    status: int = bert.train.main([*bert.tiny, *flags])
-    return status
-
-
 def test_train_check_passes(
     bert: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = tmp_path / "step.json"
     flags = ["--mesh", "dp=2,tp=2", "--steps", "2", "--log-every", "1"]
-    assert run(bert, *flags, "--check", "--report", str(report)) == 0
+    assert run_train(bert, *flags, "--check", "--report", str(report)) == 0
     out = capsys.readouterr().out
     assert "check passed: 2 steps" in out
-    losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+    losses = printed_losses(out)
     assert len(losses) == 2 and all(np.isfinite(losses))
     data = json.loads(report.read_text())
     assert data["total_cycles"] > 0 and data["ipus"] == 4
@@ -237,14 +238,8 @@ def test_train_check_passes(
 def test_train_check_fails_when_jax_jit_disagrees(
     bert: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    original = bert.train.compile_step
-
-    def skewed(*args: object) -> tuple:
-        compiled, reference = original(*args)
-        return compiled, lambda *a: (None, None, reference(*a)[2] * 1.001)
-
-    monkeypatch.setattr(bert.train, "compile_step", skewed)
-    assert run(bert, "--steps", "2", "--check") == 1
+    skew_reference(monkeypatch, bert.train, lambda out: (None, None, out[2] * 1.001))
+    assert run_train(bert, "--steps", "2", "--check") == 1
     assert "check failed at step 1" in capsys.readouterr().err
 
 
@@ -260,6 +255,4 @@ def test_train_check_fails_when_jax_jit_disagrees(
 def test_train_user_errors_are_one_line(
     bert: SimpleNamespace, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(bert, "--steps", "1", *flags) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("train.py: error:") and message in err and "\n" not in err
+    assert message in usage_error(run_train(bert, "--steps", "1", *flags), capsys)

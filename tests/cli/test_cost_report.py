@@ -4,21 +4,18 @@ workload, and `python -m ipujax` as a subprocess."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import workloads
+from helpers import run_python
 from test_trace import check_chrome_trace
 from workloads import SPEC_FILE as WORKLOADS
 
 import ipujax
 from ipujax.cli import main
 from ipujax.report import CostReport
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _direct_report(factory, mesh=None) -> CostReport:
@@ -162,16 +159,7 @@ def test_version_and_help(cli) -> None:
 
 
 def _python_m(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", COLUMNS="120")
-    return subprocess.run(
-        [sys.executable, "-m", "ipujax", *argv],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    return run_python("-m", "ipujax", *argv, COLUMNS="120")
 
 
 def test_python_dash_m_as_a_subprocess() -> None:

@@ -4,21 +4,16 @@ own, so these must not be imported through `sys.path`."""
 
 from __future__ import annotations
 
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
-from helpers import load_example
+from helpers import example_modules
 
 # Tiny settings for train.py: a few seconds per run, most of it JAX compiling the simulator.
 TINY = ["--layers", "1", "--d-model", "32", "--heads", "4", "--seq", "16", "--batch", "4"]
 TINY += ["--tiles", "64", "--no-progress"]
 
 
-def load(name: str) -> ModuleType:
-    return load_example("gpt", name)
-
-
 @pytest.fixture(scope="session")
 def gpt() -> SimpleNamespace:
-    names = ("model", "sharding", "train", "generate", "workloads")
-    return SimpleNamespace(**{name: load(name) for name in names}, tiny=list(TINY))
+    return example_modules("gpt", ("model", "sharding", "train", "generate", "workloads"), TINY)

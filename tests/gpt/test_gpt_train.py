@@ -9,15 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
-
-def run(gpt: SimpleNamespace, *flags: str) -> int:
-    status: int = gpt.train.main([*gpt.tiny, *flags])
-    return status
-
-
-def losses(text: str) -> list[float]:
-    return [float(line.split()[3]) for line in text.splitlines() if line.startswith("step ")]
+from helpers import printed_losses, run_train, skew_reference, usage_error
 
 
 @pytest.mark.parametrize("mesh", ["dp=2,tp=2", "dp=2,tp1=2,tp2=2"], ids=["megatron-1d", "2d"])
@@ -25,10 +17,10 @@ def test_check_passes(
     gpt: SimpleNamespace, mesh: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = tmp_path / "step.json"
-    assert run(gpt, "--mesh", mesh, "--steps", "3", "--check", "--report", str(report)) == 0
+    assert run_train(gpt, "--mesh", mesh, "--steps", "3", "--check", "--report", str(report)) == 0
     out = capsys.readouterr().out
     assert "check passed: 3 steps" in out
-    assert len(losses(out)) >= 2 and all(np.isfinite(losses(out)))
+    assert len(printed_losses(out)) >= 2 and all(np.isfinite(printed_losses(out)))
     data = json.loads(report.read_text())
     assert data["total_cycles"] > 0
     axes = {tuple(c["axes"]) for c in data["collectives"]}
@@ -40,14 +32,8 @@ def test_check_passes(
 def test_check_fails_when_jax_jit_disagrees(
     gpt: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    original = gpt.train.compile_step
-
-    def skewed(*args: object) -> tuple:
-        compiled, reference = original(*args)
-        return compiled, lambda *a: (None, None, reference(*a)[2] * 1.001)
-
-    monkeypatch.setattr(gpt.train, "compile_step", skewed)
-    assert run(gpt, "--mesh", "dp=2,tp=2", "--steps", "3", "--check") == 1
+    skew_reference(monkeypatch, gpt.train, lambda out: (None, None, out[2] * 1.001))
+    assert run_train(gpt, "--mesh", "dp=2,tp=2", "--steps", "3", "--check") == 1
     assert "check failed at step 1" in capsys.readouterr().err
 
 
@@ -63,7 +49,7 @@ def test_phases_by_layer_with_gradient_accumulation(
     report = tmp_path / "phased.json"
     flags = ["--layers", "2", "--mesh", mesh, "--phases", "layer", "--steps", "2"]
     flags += ["--grad-accumulation", str(micro_batches)]
-    assert run(gpt, *flags, "--check", "--report", str(report)) == 0
+    assert run_train(gpt, *flags, "--check", "--report", str(report)) == 0
     assert "check passed: 2 steps" in capsys.readouterr().out
     phases = [p["name"] for p in json.loads(report.read_text())["phases"]]
     # A forward and a backward phase per layer, whatever the number of micro-batches (they
@@ -76,7 +62,7 @@ def test_phases_by_layer_with_gradient_accumulation(
 def test_micro_batches_must_split_the_batch(
     gpt: SimpleNamespace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(gpt, "--mesh", "dp=2", "--grad-accumulation", "3", "--steps", "1") == 2
+    assert run_train(gpt, "--mesh", "dp=2", "--grad-accumulation", "3", "--steps", "1") == 2
     assert "does not split into 3 micro-batches over dp=2" in capsys.readouterr().err
 
 
@@ -87,11 +73,11 @@ def saved(folder: Path) -> dict[str, np.ndarray]:
 
 def test_resume_is_bit_identical(gpt: SimpleNamespace, tmp_path: Path) -> None:
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert run(gpt, "--steps", "6", "--checkpoint", str(straight)) == 0
-    assert run(gpt, "--steps", "3", "--checkpoint", str(resumed)) == 0
+    assert run_train(gpt, "--steps", "6", "--checkpoint", str(straight)) == 0
+    assert run_train(gpt, "--steps", "3", "--checkpoint", str(resumed)) == 0
     assert saved(resumed)["step"] == 3
     gpt.train._COMPILED.clear()  # compile again, as a new process would
-    assert run(gpt, "--steps", "6", "--checkpoint", str(resumed), "--resume") == 0
+    assert run_train(gpt, "--steps", "6", "--checkpoint", str(resumed), "--resume") == 0
     a, b = saved(straight), saved(resumed)
     assert a.keys() == b.keys()
     assert any(key.startswith("params[") for key in a)
@@ -105,16 +91,15 @@ def test_resume_refuses_other_settings(
     gpt: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = tmp_path / "ckpt"
-    assert run(gpt, "--steps", "1", "--checkpoint", str(folder)) == 0
+    assert run_train(gpt, "--steps", "1", "--checkpoint", str(folder)) == 0
     capsys.readouterr()
-    assert run(gpt, "--steps", "2", "--checkpoint", str(folder), "--resume", "--lr", "0.5") == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("train.py: error:") and "--lr" in err and "\n" not in err
+    flags = ("--steps", "2", "--checkpoint", str(folder), "--resume", "--lr", "0.5")
+    assert "--lr" in usage_error(run_train(gpt, *flags), capsys)
 
 
 def test_plot_is_a_png(gpt: SimpleNamespace, tmp_path: Path) -> None:
     plot = tmp_path / "loss.png"
-    assert run(gpt, "--steps", "2", "--plot", str(plot)) == 0
+    assert run_train(gpt, "--steps", "2", "--plot", str(plot)) == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -130,9 +115,7 @@ def test_plot_is_a_png(gpt: SimpleNamespace, tmp_path: Path) -> None:
 def test_user_errors_are_one_line(
     gpt: SimpleNamespace, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(gpt, "--steps", "1", *flags) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("train.py: error:") and message in err and "\n" not in err
+    assert message in usage_error(run_train(gpt, "--steps", "1", *flags), capsys)
 
 
 def test_stdlib_text_is_the_default_data(gpt: SimpleNamespace) -> None:
@@ -151,12 +134,12 @@ def test_pipelined_check_passes(
     step's loss jax.jit's; the report has the two stages."""
     report = tmp_path / "step.json"
     flags = ("--mesh", "dp=2,pp=2", "--pipeline", "--microbatches", "2", "--steps", "2")
-    assert run(gpt, *flags, "--check", "--report", str(report)) == 0
+    assert run_train(gpt, *flags, "--check", "--report", str(report)) == 0
     assert "check passed: 2 steps" in capsys.readouterr().out
     data = json.loads(report.read_text())
     assert len(data["stages"]) == 2 and data["microbatches"] == 2
 
 
 def test_pipeline_needs_a_pp_axis(gpt: SimpleNamespace, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(gpt, "--mesh", "dp=2", "--pipeline", "--steps", "1") == 2
+    assert run_train(gpt, "--mesh", "dp=2", "--pipeline", "--steps", "1") == 2
     assert "--pipeline needs a mesh axis named pp" in capsys.readouterr().err

@@ -3,12 +3,12 @@ derived from the mesh they are given."""
 
 from __future__ import annotations
 
-import inspect
 import math
 from types import SimpleNamespace
 
 import jax
 import pytest
+from helpers import keyword_defaults
 from jax.sharding import PartitionSpec as P
 
 import ipujax
@@ -18,8 +18,7 @@ NAMES = ["tiny", "gpt2_small", "gpt2_medium", "gpt3_175b"]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_factories_take_a_mesh_keyword(gpt: SimpleNamespace, name: str) -> None:
-    parameter = inspect.signature(getattr(gpt.workloads, name)).parameters["mesh"]
-    assert parameter.default is None
+    assert keyword_defaults(getattr(gpt.workloads, name))["mesh"] is None
 
 
 @pytest.mark.parametrize("name", ["gpt2_small", "gpt2_medium"])

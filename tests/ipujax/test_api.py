@@ -16,7 +16,7 @@ from helpers import assert_trees_close, mesh, spec
 from jax.sharding import PartitionSpec as P
 
 import ipujax
-import ipujax.api
+import ipujax.tracing
 
 MESH = mesh(16)
 HERE = os.path.basename(__file__)
@@ -26,13 +26,13 @@ HERE = os.path.basename(__file__)
 def lowerings(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Counts the traces `ipujax.jit` makes (each lowering calls `lowering.lower` once)."""
     calls: list[Any] = []
-    original = ipujax.api.lower
+    original = ipujax.tracing.lower
 
     def counting(fun: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(fun)
         return original(fun, *args, **kwargs)
 
-    monkeypatch.setattr(ipujax.api, "lower", counting)
+    monkeypatch.setattr(ipujax.tracing, "lower", counting)
     return calls
 
 
@@ -326,10 +326,35 @@ def test_a_mesh_larger_than_a_pod256_is_a_config_error() -> None:
 
 
 def test_unknown_phases_setting_is_a_config_error() -> None:
-    with pytest.raises(ipujax.ConfigError, match="phases='sometimes' is not understood"):
-        ipujax.jit(_affine, mesh=MESH, phases="sometimes").lower(X, Y).compile()
     with pytest.raises(ipujax.ConfigError, match="named_scope"):
         ipujax.jit(_affine, mesh=MESH, phases=["no_such_scope"])(X, Y)
+
+
+@pytest.mark.parametrize(
+    "phases", ["sometimes", 3, ["layer0", 1], [], ()], ids=["word", "number", "item", "[]", "()"]
+)
+def test_jit_refuses_a_phases_setting_that_is_not_a_form_it_takes(phases: Any) -> None:
+    # Refused by jit itself, before anything is traced, naming the value and the forms.
+    with pytest.raises(ipujax.ConfigError, match="is not understood") as info:
+        ipujax.jit(_affine, mesh=MESH, phases=phases)
+    assert f"phases={phases!r}" in str(info.value)
+    assert "None, 'auto' or a non-empty sequence of jax.named_scope names" in str(info.value)
+
+
+def test_jit_keeps_named_phases_as_a_tuple() -> None:
+    jitted = ipujax.jit(_affine, mesh=MESH, phases=["layer0", "layer1"])
+    assert jitted._options.build.phases == ("layer0", "layer1")
+
+
+@pytest.mark.parametrize(("verify", "env", "expected"), [(True, "0", True), (False, "1", False)])
+def test_verify_overrides_the_environment(
+    monkeypatch: pytest.MonkeyPatch, verify: bool, env: str, expected: bool
+) -> None:
+    monkeypatch.setenv("IPUJAX_VERIFY", env)
+    assert ipujax.jit(_affine, verify=verify)._options.build.verify is expected
+    assert ipujax.jit(_affine)._options.build.verify is (env == "1")  # None: the environment's
+    compiled = ipujax.jit(_affine, mesh=MESH, verify=True).lower(X, Y).compile()
+    np.testing.assert_allclose(compiled(X, Y)[0], jax.jit(_affine)(X, Y)[0], rtol=1e-6)
 
 
 def test_unknown_mesh_axis_is_a_sharding_error() -> None:

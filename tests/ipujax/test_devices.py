@@ -9,9 +9,6 @@ over tp, the batch over dp) and on dp=4 (two IPUs per device), and two SGD steps
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,34 +16,20 @@ import jax
 import numpy as np
 import pytest
 import two_devices_child as child
+from helpers import run_python
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 import ipujax
-from ipujax.devices import DevicePlan, _best_first, _factors
-from partitioner.sharding import Sharding
+from ipujax.runtime.devices import DevicePlan, _best_first, _factors
+from partitioner.sharding.specs import Sharding
 
-ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("two_devices_child.py")
 
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(ROOT),
-    )
-    run = subprocess.run(
-        [sys.executable, str(CHILD)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    run = run_python(str(CHILD), XLA_FLAGS="--xla_force_host_platform_device_count=2")
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout.strip().splitlines()[-1])
 

@@ -1,4 +1,4 @@
-"""The runtime's folded sums (ipujax/fused_sums.py): an all-reduce of a contraction over IPUs
+"""The runtime's folded sums (`runtime/fused_sums`): an all-reduce of a contraction over IPUs
 held on one device runs as one contraction of every IPU's operands. Checked against jax.jit
 on the programs where the partitioner makes such sums (a weight's gradient over data-parallel
 replicas, a row-parallel matmul over tp, a convolution's weight gradient, a sum over a split
@@ -17,7 +17,7 @@ from helpers import assert_trees_close, target
 from jax.sharding import PartitionSpec as P
 
 import ipujax
-from ipujax.fused_sums import fuse_sums
+from ipujax.runtime.fused_sums import fuse_sums
 from lowering.evaluator import flatten_args
 from partitioner import Program, Sharding, varying_over
 

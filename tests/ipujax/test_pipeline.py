@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 import ipujax
-from ipujax import api
-from ipujax.views import tables, trace
+from ipujax import stages
+from ipujax.views import trace
 from ipujax.views.html.page import render_html
-from partitioner.memory import largest_on_tile
+from ipujax.views.tables.phases import pipeline_tables
+from partitioner.memory.check import largest_on_tile
 from tests.helpers import assert_trees_close, load_example
 
 RTOL, ATOL = 2e-5, 2e-6
@@ -186,7 +187,7 @@ def test_the_report_as_json_trace_and_html(tiny: Tiny) -> None:
     assert "pipeline timeline" in html
 
     # The terminal's tables: a row per stage under a title with the bubble.
-    (table,) = tables.pipeline_tables(report)
+    (table,) = pipeline_tables(report)
     assert f"bubble {100 * report.bubble_fraction:.1f}%" in str(table.title)
     assert table.row_count == len(report.stages)
 
@@ -195,13 +196,13 @@ def test_costing_from_shapes_then_running(tiny: Tiny, monkeypatch: pytest.Monkey
     """A pipelined compile from `jax.ShapeDtypeStruct`s costs without building the runner; the
     first call with arrays builds it and runs."""
     made: list[Any] = []
-    real: Callable[..., Any] = api.make_runner
+    real: Callable[..., Any] = stages.make_runner
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         made.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(api, "make_runner", counted)
+    monkeypatch.setattr(stages, "make_runner", counted)
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), tiny.args)
     compiled = tiny.jitted("pp4", microbatches=2).lower(*shapes).compile()
     report = compiled.cost_report()

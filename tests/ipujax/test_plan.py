@@ -24,7 +24,6 @@ from ipujax.planning import (
     Candidate,
     InputBytes,
     Plan,
-    _line,
     data_parallel,
     memory_bound,
     meshes,
@@ -36,6 +35,7 @@ from ipujax.planning import (
     system_ipus,
     workload_model,
 )
+from ipujax.planning.costing import _line
 from partitioner import Target
 
 BOW = Target.bow()

@@ -1,4 +1,4 @@
-"""The runtime hands elementwise ops broadcast scalars as scalars (ipujax/scalar_operands.py):
+"""The runtime hands elementwise ops broadcast scalars as scalars (`runtime/scalar_operands`):
 every op it does this for takes a scalar on either side with the broadcast's result, programs
 agree with jax.jit, and broadcasts still read elsewhere stay."""
 
@@ -13,7 +13,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 import ipujax
-from ipujax.scalar_operands import SCALAR_OPERAND_OPS, pass_scalars
+from ipujax.runtime.scalar_operands import SCALAR_OPERAND_OPS, pass_scalars
 from lowering import EVAL_RULES
 from partitioner import Program
 

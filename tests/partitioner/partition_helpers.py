@@ -1,6 +1,7 @@
 """Shared helpers of the partitioner tests: small targets and meshes, the FFN the closed forms
-are stated for, the ring formulas of docs/target.md ("IPU-Links and systems"), and pairing each
-collective of the cost report with the per-IPU op it costs."""
+are stated for, the layered MLP the phased tests stream, the ring formulas of docs/target.md
+("IPU-Links and systems"), and pairing each collective of the cost report with the per-IPU op
+it costs."""
 
 from __future__ import annotations
 
@@ -62,6 +63,27 @@ def ffn_args(tokens: int, hidden: int, seed: int = 0) -> tuple[np.ndarray, ...]:
     w1 = (0.2 * rng.randn(hidden, 4 * hidden)).astype(np.float32)
     w2 = (0.2 * rng.randn(4 * hidden, hidden)).astype(np.float32)
     return x, w1, w2
+
+
+# ---- the layered MLP of the phased tests ---------------------------------------------------------
+
+
+def tanh_layers(ws: Sequence[jax.Array], x: jax.Array) -> jax.Array:
+    """x -> tanh(x @ w) for each weight, the i-th under `jax.named_scope(f"layer{i}")`."""
+    for i, w in enumerate(ws):
+        with jax.named_scope(f"layer{i}"):
+            x = jnp.tanh(x @ w)
+    return x
+
+
+def square_loss(ws: Sequence[jax.Array], x: jax.Array) -> jax.Array:
+    return (tanh_layers(ws, x) ** 2).mean()
+
+
+def sgd_step(ws: Sequence[jax.Array], x: jax.Array) -> tuple[list[jax.Array], jax.Array]:
+    """One SGD step (learning rate 0.1) on `square_loss`: the new weights and the loss."""
+    loss, grads = jax.value_and_grad(square_loss)(ws, x)
+    return [w - 0.1 * g for w, g in zip(ws, grads, strict=True)], loss
 
 
 # ---- ring closed forms ---------------------------------------------------------------------------

@@ -12,10 +12,11 @@ from jax.sharding import PartitionSpec as P
 
 import lowering
 import partitioner
-import partitioner.pipeline
-from partitioner.replicas import derive_replica_axes
+import partitioner.passes
+from partitioner.sharding.replicas import derive_replica_axes
 
 F32 = np.float32
+VERIFY = partitioner.Options(verify=True)
 
 
 def mlp(w1, w2, x):
@@ -36,7 +37,7 @@ def test_build_returns_the_program_its_memory_and_its_cost() -> None:
     graph = _lowered()
     mesh = _mesh()
     specs = (P(None, "b"), P("b", None), P("a", None))
-    built = partitioner.build(graph, mesh, specs, (None,))
+    built = partitioner.build(graph, mesh, specs, (None,), VERIFY)
     assert built.mesh is mesh and built.partitioned is not None
     assert built.graph is built.partitioned.graph  # the per-IPU program
     assert built.program.tasks and built.memory.total.shape == (16,)
@@ -53,7 +54,7 @@ def test_build_returns_the_program_its_memory_and_its_cost() -> None:
 
 
 def test_on_one_ipu_nothing_is_partitioned() -> None:
-    built = partitioner.build(_lowered(), _mesh((1,), ("x",)), (None,) * 3, (None,))
+    built = partitioner.build(_lowered(), _mesh((1,), ("x",)), (None,) * 3, (None,), VERIFY)
     assert built.partitioned is None and built.cost.collectives == ()
     assert built.replica_axes == ()
 
@@ -81,17 +82,17 @@ def test_the_replica_axes_are_derived_from_bytes_not_names() -> None:
 
 def test_the_verifier_runs_on_the_per_ipu_program_when_asked(monkeypatch) -> None:
     checked: list[lowering.Graph] = []
-    monkeypatch.setattr("partitioner.pipeline.verify", checked.append)
+    monkeypatch.setattr("partitioner.passes.verify", checked.append)
     graph, mesh, specs = _lowered(), _mesh(), (None, None, P("a", None))
     partitioner.build(graph, mesh, specs, (None,), partitioner.Options(verify=False))
     assert checked == []
-    built = partitioner.build(graph, mesh, specs, (None,), partitioner.Options(verify=True))
+    built = partitioner.build(graph, mesh, specs, (None,), VERIFY)
     assert checked == [built.graph]
 
 
 def test_the_verifier_catches_a_broken_per_ipu_program(monkeypatch) -> None:
     """A partitioner that emitted an op with the wrong result type is stopped before scheduling."""
-    real = partitioner.pipeline.__dict__["partition"]
+    real = partitioner.passes.__dict__["partition"]
 
     def broken(*args, **kwargs):
         out = real(*args, **kwargs)
@@ -109,7 +110,7 @@ def test_the_verifier_catches_a_broken_per_ipu_program(monkeypatch) -> None:
             out.propagated,
         )
 
-    monkeypatch.setitem(partitioner.pipeline.__dict__, "partition", broken)
+    monkeypatch.setitem(partitioner.passes.__dict__, "partition", broken)
     options = partitioner.Options(verify=True)
     with pytest.raises(lowering.VerifyError, match="shape rule"):
         partitioner.build(_lowered(), _mesh(), (None, None, P("a")), (None,), options)

@@ -14,8 +14,8 @@ from jax.sharding import PartitionSpec as P
 
 import ipujax
 from lowering import Graph, Op, Value
-from partitioner.combine import combine_all_reduces
 from partitioner.cost.links import LinkModel
+from partitioner.sharding.combine import combine_all_reduces
 from tests.helpers import assert_trees_close, target
 
 W1, W2, W3 = (16, 32), (32, 32), (32, 8)

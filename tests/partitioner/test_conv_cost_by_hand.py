@@ -13,9 +13,9 @@ from jax import lax
 
 import ipujax
 from lowering import lower
-from partitioner.conv_field import ConvField, block_extents, input_elements
-from partitioner.matmul_plan import _plan, problem
-from partitioner.tile_rules.conv import conv_problem
+from partitioner.tiles.conv_field import ConvField, block_extents, input_elements
+from partitioner.tiles.matmul_plan import _plan, problem
+from partitioner.tiles.rules.conv import conv_problem
 
 TARGET = ipujax.Target.bow()
 

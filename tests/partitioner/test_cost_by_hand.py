@@ -62,7 +62,7 @@ from partitioner.cost.vector import (
     unary_cycles,
     vector_width,
 )
-from partitioner.matmul_plan import plan_matmul, problem, tile_cycles
+from partitioner.tiles.matmul_plan import plan_matmul, problem, tile_cycles
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)

@@ -8,7 +8,7 @@ import numpy as np
 from helpers import target
 
 import ipujax
-from partitioner.matmul_plan import plan_matmul
+from partitioner.tiles.matmul_plan import plan_matmul
 
 F32 = np.dtype(np.float32)
 

@@ -73,7 +73,7 @@ def test_a_loop_costs_about_what_its_unrolled_copies_cost() -> None:
     on = mesh(64)
 
     def cycles(g) -> int:
-        built = build(g, on, [None] * len(g.inputs), [None] * len(g.outputs), Options())
+        built = build(g, on, [None] * len(g.inputs), [None] * len(g.outputs), Options(verify=True))
         return sum(s.cycles for s in built.program.supersteps if s.kind != "host")
 
     looped, unrolled = cycles(graph), cycles(unroll_loops(graph))

@@ -11,7 +11,7 @@ import pytest
 from helpers import BOW_BYTES_PER_TILE, compile_for, mesh, spec, target
 
 import ipujax
-from partitioner.matmul_plan import plan_matmul
+from partitioner.tiles.matmul_plan import plan_matmul
 
 HERE = os.path.basename(__file__)
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import ipujax
 from lowering import Op, Value
-from partitioner.code_memory import CATEGORIES, OP_VERTEX_KINDS, code_memory
 from partitioner.layout import Layout
-from partitioner.memory import tile_memory
+from partitioner.memory.code import CATEGORIES, OP_VERTEX_KINDS, code_memory
+from partitioner.memory.tiles import tile_memory
 from partitioner.program import Program, Superstep, Task
 
 F32 = np.dtype(np.float32)

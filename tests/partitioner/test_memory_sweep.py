@@ -14,7 +14,11 @@ from hypothesis import strategies as st
 
 from lowering import Value
 from partitioner.layout import Layout
-from partitioner.matmul_plan import (
+from partitioner.memory.liveness import PhaseBounds, Storage
+from partitioner.memory.tiles import _live_by_task
+from partitioner.program import TileBytes
+from partitioner.target import Target
+from partitioner.tiles.matmul_plan import (
     _candidates,
     _evaluate,
     _plan,
@@ -22,9 +26,6 @@ from partitioner.matmul_plan import (
     _stretched,
     problem,
 )
-from partitioner.memory import PhaseBounds, Storage, _live_by_task
-from partitioner.program import TileBytes
-from partitioner.target import Target
 
 TILES = 24
 

@@ -32,10 +32,10 @@ from partition_helpers import (
 import ipujax
 from lowering import lower
 from partitioner.cost.links import LinkModel
-from partitioner.partition import partition
-from partitioner.propagation import propagate_shardings
-from partitioner.schedule import schedule
-from partitioner.sharding import Sharding
+from partitioner.sharding.partition import partition
+from partitioner.sharding.propagation import propagate_shardings
+from partitioner.sharding.specs import Sharding
+from partitioner.tiles.schedule import schedule
 
 T, H = 16, 8  # tokens and hidden width of the FFN
 

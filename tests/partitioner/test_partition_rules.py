@@ -13,10 +13,10 @@ import pytest
 from partition_helpers import ffn
 
 from lowering import VOCABULARY, Graph, Op, lower
-from partitioner.factor_rules import FACTOR_RULES
-from partitioner.partition import partition
-from partitioner.propagation import propagate_shardings
-from partitioner.sharding import Sharding
+from partitioner.sharding.factor_rules import FACTOR_RULES
+from partitioner.sharding.partition import partition
+from partitioner.sharding.propagation import propagate_shardings
+from partitioner.sharding.specs import Sharding
 
 DP, TP = ("dp",), ("tp",)
 REPLICATED_2D = Sharding(((), ()))

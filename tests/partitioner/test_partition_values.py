@@ -27,7 +27,7 @@ from partition_helpers import (
 )
 
 import ipujax
-from partitioner.sharding import Sharding
+from partitioner.sharding.specs import Sharding
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import tiny_gpt

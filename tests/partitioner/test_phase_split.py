@@ -12,7 +12,9 @@ import numpy as np
 
 import ipujax
 from lowering import Op, Value
-from partitioner.phases import min_crossing_cuts, scope_blocks, split_auto
+from partitioner.phases.cuts import min_crossing_cuts
+from partitioner.phases.scopes import scope_blocks
+from partitioner.phases.split import split_auto
 from partitioner.program import Task
 
 

@@ -3,27 +3,15 @@
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
+from partition_helpers import sgd_step
 
 import ipujax
 
 LAYERS, WIDTH = 8, 512  # 8 x 1 MiB of f32 weights: more than a 16-tile IPU's 10 MB with grads
 NAMES = [f"layer{i}" for i in range(LAYERS)]
-
-
-def model(ws, x):
-    for i, w in enumerate(ws):
-        with jax.named_scope(f"layer{i}"):
-            x = jnp.tanh(x @ w)
-    return x
-
-
-def step(ws, x):
-    loss, grads = jax.value_and_grad(lambda ws: (model(ws, x) ** 2).mean())(ws)
-    return [w - 0.1 * g for w, g in zip(ws, grads, strict=True)], loss
 
 
 def _args():
@@ -45,7 +33,7 @@ def _close(got, want):
 def test_unphased_it_does_not_fit_and_the_error_says_phases_would():
     ws, x = _args()
     with pytest.raises(ipujax.OutOfMemoryError) as info:
-        ipujax.jit(step, mesh=_mesh()).lower(ws, x).compile()
+        ipujax.jit(sgd_step, mesh=_mesh()).lower(ws, x).compile()
     message = str(info.value)
     assert "IPU 0, tile" in message and "638,976" in message
     assert "It would fit in phases: with phases='auto'" in message
@@ -54,8 +42,8 @@ def test_unphased_it_does_not_fit_and_the_error_says_phases_would():
 @pytest.mark.parametrize("phases", ["auto", NAMES], ids=["auto", "named"])
 def test_phased_runs_with_jax_jit_values_and_streams_the_weights(phases):
     ws, x = _args()
-    compiled = ipujax.jit(step, mesh=_mesh(), phases=phases).lower(ws, x).compile()
-    _close(compiled(ws, x), jax.jit(step)(ws, x))
+    compiled = ipujax.jit(sgd_step, mesh=_mesh(), phases=phases).lower(ws, x).compile()
+    _close(compiled(ws, x), jax.jit(sgd_step)(ws, x))
     report = compiled.cost_report()
     assert report.fits and len(report.phases) > 1
     weight_bytes = LAYERS * WIDTH * WIDTH * 4
@@ -70,21 +58,21 @@ def test_named_phases_follow_the_layers_forward_then_backward():
     them transpose(jvp(layerN))) run in that layer's backward phase, last layer first, and
     each update joins its layer's backward phase (it waits for nothing later)."""
     ws, x = _args()
-    compiled = ipujax.jit(step, mesh=_mesh(), phases=NAMES).lower(ws, x).compile()
+    compiled = ipujax.jit(sgd_step, mesh=_mesh(), phases=NAMES).lower(ws, x).compile()
     names = [p.name for p in compiled.cost_report().phases]
     assert names == NAMES + [f"{n} (backward)" for n in reversed(NAMES)]
 
 
 def test_io_tiles_hide_streaming_behind_compute():
     ws, x = _args()
-    plain = ipujax.jit(step, mesh=_mesh(), phases=NAMES).lower(ws, x).compile().cost_report()
-    overlapped = ipujax.jit(step, mesh=_mesh(io_tiles=2), phases=NAMES).lower(ws, x).compile()
+    plain = ipujax.jit(sgd_step, mesh=_mesh(), phases=NAMES).lower(ws, x).compile().cost_report()
+    overlapped = ipujax.jit(sgd_step, mesh=_mesh(io_tiles=2), phases=NAMES).lower(ws, x).compile()
     report = overlapped.cost_report()
     assert all(p.overlapped_cycles == 0 for p in plain.phases)
     assert any(p.overlapped_cycles > 0 for p in report.phases)
     for p in report.phases:  # a phase's time hides at most its streaming
         assert p.cycles == p.compute_cycles + p.stream_cycles - p.overlapped_cycles
-    _close(overlapped(ws, x), jax.jit(step)(ws, x))
+    _close(overlapped(ws, x), jax.jit(sgd_step)(ws, x))
 
 
 def test_streaming_cost_is_the_io_window_before_each_phase():
@@ -92,7 +80,7 @@ def test_streaming_cost_is_the_io_window_before_each_phase():
     after 3,000 cycles of latency: a phase's loads and the previous phase's stores share the
     window; the last phase's own stores follow it."""
     ws, x = _args()
-    report = ipujax.jit(step, mesh=_mesh(), phases=NAMES).lower(ws, x).compile().cost_report()
+    report = ipujax.jit(sgd_step, mesh=_mesh(), phases=NAMES).lower(ws, x).compile().cost_report()
     target = ipujax.Target.bow()
     assert (target.streaming_bytes_per_second, target.streaming_latency_cycles) == (16e9, 3000)
 
@@ -113,9 +101,9 @@ def test_streaming_cost_is_the_io_window_before_each_phase():
 def test_replicated_tensor_sharding_gathers_the_rest_over_dp():
     ws, x = _args()
     mesh = _mesh(shape=(2,), names=("dp",))
-    jitted = ipujax.jit(step, mesh=mesh, in_shardings=(P(), P("dp")), phases=NAMES)
+    jitted = ipujax.jit(sgd_step, mesh=mesh, in_shardings=(P(), P("dp")), phases=NAMES)
     compiled = jitted.lower(ws, x).compile()
-    _close(compiled(ws, x), jax.jit(step)(ws, x))
+    _close(compiled(ws, x), jax.jit(sgd_step)(ws, x))
     report = compiled.cost_report()
     # Each replica streams half of layer 0's weight (and its own half of the batch) and
     # gathers the weight's other half over IPU-Links.
@@ -134,4 +122,4 @@ def test_running_out_of_streaming_memory_is_as_clear_as_oom():
     target = dataclasses.replace(ipujax.Target.bow().with_tiles(16), streaming_bytes_per_ipu=10**6)
     mesh = ipujax.make_mesh((1,), ("ipu",), target=target)
     with pytest.raises(ipujax.OutOfMemoryError, match="streaming memory: each IPU needs"):
-        ipujax.jit(step, mesh=mesh, phases="auto").lower(ws, x).compile()
+        ipujax.jit(sgd_step, mesh=mesh, phases="auto").lower(ws, x).compile()

@@ -14,6 +14,7 @@ import numpy as np
 import optax
 import pytest
 from jax.sharding import PartitionSpec as P
+from partition_helpers import sgd_step, square_loss
 
 import ipujax
 
@@ -24,27 +25,11 @@ X = BATCH * WIDTH * 4  # the batch: 8,192 bytes
 CLOCK, RATE, LATENCY = 1_850_000_000, 16_000_000_000, 3000  # docs/target.md
 
 
-def mlp(ws, x):
-    for i, w in enumerate(ws):
-        with jax.named_scope(f"layer{i}"):
-            x = jnp.tanh(x @ w)
-    return x
-
-
-def loss_fn(ws, x):
-    return (mlp(ws, x) ** 2).mean()
-
-
-def sgd(ws, x):
-    loss, grads = jax.value_and_grad(loss_fn)(ws, x)
-    return [w - 0.1 * g for w, g in zip(ws, grads, strict=True)], loss
-
-
 def accumulated(ws, xs):
     """Gradients of micro-batches summed by a scan, then one update."""
 
     def body(carry, x):
-        loss, grads = jax.value_and_grad(loss_fn)(ws, x)
+        loss, grads = jax.value_and_grad(square_loss)(ws, x)
         return (carry[0] + loss, [a + g for a, g in zip(carry[1], grads, strict=True)]), None
 
     zeros = [jnp.zeros_like(w) for w in ws]
@@ -99,7 +84,7 @@ STORES = [0, 0, 0, 4, W, W, W, W]
 
 def test_by_layer_on_one_ipu() -> None:
     ws, x = _args()
-    report = _phased(sgd, _mesh(), ws, x)
+    report = _phased(sgd_step, _mesh(), ws, x)
     phases = report.phases
     assert [p.name for p in phases] == NAMED
     assert [p.load_bytes for p in phases] == LOADS
@@ -117,7 +102,7 @@ def test_by_layer_on_one_ipu() -> None:
 
 def test_io_tiles_hide_each_window_behind_the_previous_phase() -> None:
     ws, x = _args()
-    report = _phased(sgd, _mesh(io_tiles=2), ws, x)
+    report = _phased(sgd_step, _mesh(io_tiles=2), ws, x)
     phases = report.phases
     assert [p.load_bytes for p in phases] == LOADS  # the same bytes move
     for p, phase in enumerate(phases):
@@ -132,7 +117,7 @@ def test_replicated_tensor_sharding_over_two_replicas() -> None:
     W/2) in each phase that needs it whole; the last phase only updates w_0, on its shard."""
     ws, x = _args()
     mesh = _mesh(shape=(2,), names=("dp",))
-    report = _phased(sgd, mesh, ws, x, in_shardings=(P(), P("dp")))
+    report = _phased(sgd_step, mesh, ws, x, in_shardings=(P(), P("dp")))
     phases = report.phases
     assert [p.load_bytes for p in phases] == [n // 2 for n in LOADS]
     assert [p.store_bytes for p in phases] == [n // 2 for n in STORES]
@@ -164,7 +149,7 @@ OPTIMIZER = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
 
 
 def mlp12_step(ws, state, x):
-    loss, grads = jax.value_and_grad(lambda ws: (mlp(ws, x) ** 2).mean())(ws)
+    loss, grads = jax.value_and_grad(square_loss)(ws, x)
     updates, state = OPTIMIZER.update(grads, state, ws)
     return optax.apply_updates(ws, updates), state, loss
 

@@ -16,14 +16,16 @@ from hypothesis import strategies as st
 
 import ipujax
 from lowering import Graph, Op, lower
-from partitioner.cost.pipelined import (
+from partitioner.pipelines.microbatch import per_microbatch
+from partitioner.pipelines.schedule import (
     StageCost,
     cycle_count,
     schedule_pipeline,
     send_cycles,
     slots,
 )
-from partitioner.pipelining import balanced_stages, in_flight, per_microbatch
+from partitioner.pipelines.stage_memory import in_flight
+from partitioner.pipelines.stages import balanced_stages
 from tests.helpers import target
 
 # ---- slots and the number of pipeline cycles ----------------------------------------------------

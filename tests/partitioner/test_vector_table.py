@@ -28,9 +28,9 @@ from partitioner.cost.vector import (
     elementwise_cycles,
     reduce_cycles,
 )
-from partitioner.tile_rules import _WHOLE, TILE_RULES
-from partitioner.tile_rules.movement import WHOLE_WORK
-from partitioner.tile_rules.whole import whole_tensor_tile_rule
+from partitioner.tiles.rules import _WHOLE, TILE_RULES
+from partitioner.tiles.rules.movement import WHOLE_WORK
+from partitioner.tiles.rules.whole import whole_tensor_tile_rule
 
 BOW = ipujax.Target.bow()
 WORKERS = BOW.threads_per_tile

@@ -9,10 +9,10 @@ its gradient partitioned over dp); `-m "not multi_ipu"` runs the one-IPU ones al
 
 from __future__ import annotations
 
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
-from helpers import load_example
+from helpers import example_modules
 
 # Small settings for train.py: a few seconds per run, most of it JAX compiling the simulator.
 TINY = ["--tiles", "64", "--no-progress"]
@@ -26,11 +26,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def load(name: str) -> ModuleType:
-    return load_example("resnet", name)
-
-
 @pytest.fixture(scope="session")
 def resnet() -> SimpleNamespace:
-    names = ("model", "sharding", "train", "workloads")
-    return SimpleNamespace(**{name: load(name) for name in names}, tiny=list(TINY))
+    return example_modules("resnet", ("model", "sharding", "train", "workloads"), TINY)

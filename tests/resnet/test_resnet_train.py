@@ -9,15 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
-
-def run(resnet: SimpleNamespace, *flags: str) -> int:
-    status: int = resnet.train.main([*resnet.tiny, *flags])
-    return status
-
-
-def losses(text: str) -> list[float]:
-    return [float(line.split()[3]) for line in text.splitlines() if line.startswith("step ")]
+from helpers import printed_losses, run_train, skew_reference, usage_error
 
 
 @pytest.mark.multi_ipu
@@ -26,10 +18,10 @@ def test_check_passes_and_loss_falls_on_dp4(
 ) -> None:
     report = tmp_path / "step.json"
     flags = ["--mesh", "dp=4", "--batch", "16", "--steps", "10", "--log-every", "1"]
-    assert run(resnet, *flags, "--check", "--report", str(report)) == 0
+    assert run_train(resnet, *flags, "--check", "--report", str(report)) == 0
     out = capsys.readouterr().out
     assert "check passed: 10 steps" in out
-    curve = losses(out)
+    curve = printed_losses(out)
     assert len(curve) == 10 and all(np.isfinite(curve))
     assert np.mean(curve[-3:]) < curve[0] - 0.2, curve
     data = json.loads(report.read_text())
@@ -43,12 +35,12 @@ def test_check_passes_with_lars_and_lamb(
     resnet: SimpleNamespace, optimizer: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     flags = ["--mesh", "dp=4", "--batch", "8", "--steps", "2", "--optimizer", optimizer]
-    assert run(resnet, *flags, "--check") == 0
+    assert run_train(resnet, *flags, "--check") == 0
     assert "check passed: 2 steps" in capsys.readouterr().out
 
 
 def test_one_ipu_check_passes(resnet: SimpleNamespace, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(resnet, "--mesh", "dp=1", "--batch", "4", "--steps", "2", "--check") == 0
+    assert run_train(resnet, "--mesh", "dp=1", "--batch", "4", "--steps", "2", "--check") == 0
     out = capsys.readouterr().out
     assert "check passed: 2 steps" in out and "on 1 mk2 IPU(s)" in out
 
@@ -64,22 +56,16 @@ def test_check_fails_when_jax_jit_disagrees(
     skew: str,
     message: str,
 ) -> None:
-    original = resnet.train.compile_step
 
-    def skewed(*args: object) -> tuple:
-        compiled, reference = original(*args)
+    def wrong(out: tuple) -> tuple:
+        params, bn_state, opt_state, loss = out
+        if skew == "loss":
+            return params, bn_state, opt_state, loss * 1.001
+        head = {**params["head"], "b": params["head"]["b"] + 0.1}  # a different update
+        return {**params, "head": head}, bn_state, opt_state, loss
 
-        def wrong(*a: object) -> tuple:
-            params, bn_state, opt_state, loss = reference(*a)
-            if skew == "loss":
-                return params, bn_state, opt_state, loss * 1.001
-            head = {**params["head"], "b": params["head"]["b"] + 0.1}  # a different update
-            return {**params, "head": head}, bn_state, opt_state, loss
-
-        return compiled, wrong
-
-    monkeypatch.setattr(resnet.train, "compile_step", skewed)
-    assert run(resnet, "--mesh", "dp=1", "--batch", "4", "--steps", "2", "--check") == 1
+    skew_reference(monkeypatch, resnet.train, wrong)
+    assert run_train(resnet, "--mesh", "dp=1", "--batch", "4", "--steps", "2", "--check") == 1
     err = capsys.readouterr().err
     assert "check failed at step 1" in err and message in err
 
@@ -107,6 +93,4 @@ def test_synthetic_data(resnet: SimpleNamespace) -> None:
 def test_user_errors_are_one_line(
     resnet: SimpleNamespace, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(resnet, "--steps", "1", *flags) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("train.py: error:") and message in err and "\n" not in err
+    assert message in usage_error(run_train(resnet, "--steps", "1", *flags), capsys)

@@ -3,7 +3,6 @@ the data-parallel shardings of the mesh they are given."""
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 from types import SimpleNamespace
@@ -11,6 +10,7 @@ from types import SimpleNamespace
 import jax
 import jax.numpy as jnp
 import pytest
+from helpers import keyword_defaults
 from jax.sharding import PartitionSpec as P
 
 import ipujax
@@ -20,8 +20,7 @@ NAMES = ["resnet50", "small"]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_factories_take_a_mesh_keyword(resnet: SimpleNamespace, name: str) -> None:
-    parameter = inspect.signature(getattr(resnet.workloads, name)).parameters["mesh"]
-    assert parameter.default is None
+    assert keyword_defaults(getattr(resnet.workloads, name))["mesh"] is None
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "lars"])

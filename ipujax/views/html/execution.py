@@ -206,6 +206,25 @@ def _spread(x0: float, x1: float, columns: int) -> list[tuple[int, float]]:
 
 
 def _execution_tables(report: CostReport) -> str:
+    lines = m.by_op_and_source(report)
+    more = (
+        f"{len(lines) - TOP_LINES} more (op, source line) groups not shown."
+        if (len(lines) > TOP_LINES)
+        else ""
+    )
+    return (
+        panel("Cycles by superstep kind", _kinds_table(report))
+        + panel("Cycles by op and source line", _lines_table(report, lines), more)
+        + panel(
+            "Tile balance",
+            _balance(report),
+            "tile balance = Σ(compute cycles * tiles used) / (Σ compute cycles * tiles per IPU)",
+        )
+    )
+
+
+def _kinds_table(report: CostReport) -> str:
+    """Cycles, share and time of each superstep kind, and their total."""
     kinds = m.kind_totals(report)
     total = kinds.total or 1
     kind_rows = [
@@ -215,10 +234,13 @@ def _execution_tables(report: CostReport) -> str:
     kind_rows.append(
         ("total", "", f"{kinds.total:,}", "", m.fmt_seconds(kinds.total / report.clock_hz))
     )
-    kinds_html = table(
+    return table(
         ("kind", "PopVision step", "cycles", "share", "time"), kind_rows, numeric=(2, 3, 4)
     )
-    lines = m.by_op_and_source(report)
+
+
+def _lines_table(report: CostReport, lines: list[m.OpCost]) -> str:
+    """The costliest `TOP_LINES` (op, source line) groups and their cycles by kind."""
     links = any(c.link for c in lines)  # a column for the IPU-Links only when they are used
     line_rows = [
         (
@@ -236,31 +258,20 @@ def _execution_tables(report: CostReport) -> str:
     ]
     headers = ["op", "source", "steps", "compute", "exchange", "sync"]
     headers += ["IPU-Links"] if links else []
-    lines_html = table(
+    return table(
         (*headers, "cycles", "share"),
         line_rows,
         numeric=tuple(range(2, len(headers) + 2)),
         source=(1,),
     )
-    more = (
-        f"{len(lines) - TOP_LINES} more (op, source line) groups not shown."
-        if (len(lines) > TOP_LINES)
-        else ""
-    )
+
+
+def _balance(report: CostReport) -> str:
     balance = m.tile_balance(report)
-    balance_html = (
+    return (
         f"<p><b>{e(m.fmt_pct(balance, 1))}</b>: the compute supersteps keep on average "
         f"{balance * report.tiles_per_ipu:,.1f} of the {report.tiles_per_ipu:,} tiles busy "
         "(weighted by their compute cycles).</p>"
-    )
-    return (
-        panel("Cycles by superstep kind", kinds_html)
-        + panel("Cycles by op and source line", lines_html, more)
-        + panel(
-            "Tile balance",
-            balance_html,
-            "tile balance = Σ(compute cycles * tiles used) / (Σ compute cycles * tiles per IPU)",
-        )
     )
 
 

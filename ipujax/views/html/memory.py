@@ -22,6 +22,7 @@ _PALETTE = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231
 _OVER_PALETTE = ((252, 187, 161), (251, 106, 74), (214, 39, 40))
 LEGEND_BAR = 300  # px of the within-budget colour bar; the over-budget one is `LEGEND_OVER`
 LEGEND_OVER = 200
+_LEFT, _PLOT_W, _PLOT_H, _PAD_TOP = 70, WIDTH - 90, 200, 22  # the profile's frame, in px
 
 
 def _colour(fraction: float, palette: tuple[tuple[int, int, int], ...] = _PALETTE) -> str:
@@ -152,55 +153,86 @@ def _profile(report: CostReport, ipu: int) -> str:
     on_scale = peak >= 0.2 * budget
     top = max(peak, budget) * 1.05 if on_scale else max(peak, 1.0) * 1.1
     tick_values, top = m.byte_ticks(top)
-    left, plot_w, plot_h, pad_top = 70, WIDTH - 90, 200, 22
-    xs = np.arange(n + 1) * plot_w / max(n, 1) + left
+    ticks = _byte_ticks(tick_values, top) + _tile_ticks(n)
+    mark = _budget_line(budget, top) if on_scale else _budget_above(report, budget)
+    height = _PAD_TOP + _PLOT_H + 26
+    areas = _area(total, n, top, "#9cc3e6") + _area(live, n, top, "#2f5f8f")
+    body = f"{ticks}{areas}{mark}"
+    return svg(WIDTH, height, "bytes per tile", body)
 
-    def area(values: np.ndarray, colour: str) -> str:
-        ys = pad_top + plot_h - np.minimum(values, top) / top * plot_h
-        points = [f"{left},{pad_top + plot_h}"]
-        for i in range(n):
-            points.append(f"{xs[i]:.1f},{ys[i]:.1f} {xs[i + 1]:.1f},{ys[i]:.1f}")
-        points.append(f"{xs[n]:.1f},{pad_top + plot_h}")
-        return f'<polygon points="{" ".join(points)}" fill="{colour}"/>'
 
+def _area(values: np.ndarray, n: int, top: float, colour: str) -> str:
+    """A step outline of the first `n` values (one step per tile), filled down to the axis."""
+    xs = np.arange(n + 1) * _PLOT_W / max(n, 1) + _LEFT
+    ys = _PAD_TOP + _PLOT_H - np.minimum(values, top) / top * _PLOT_H
+    points = [f"{_LEFT},{_PAD_TOP + _PLOT_H}"]
+    for i in range(n):
+        points.append(f"{xs[i]:.1f},{ys[i]:.1f} {xs[i + 1]:.1f},{ys[i]:.1f}")
+    points.append(f"{xs[n]:.1f},{_PAD_TOP + _PLOT_H}")
+    return f'<polygon points="{" ".join(points)}" fill="{colour}"/>'
+
+
+def _byte_ticks(tick_values: list[float], top: float) -> str:
+    """The horizontal grid lines, labelled in bytes."""
     ticks = []
     for v in tick_values:
-        y = pad_top + plot_h - plot_h * v / top
+        y = _PAD_TOP + _PLOT_H - _PLOT_H * v / top
         ticks.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e3e6eb"/>'
-            f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">'
+            f'<line x1="{_LEFT}" x2="{_LEFT + _PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" '
+            f'stroke="#e3e6eb"/>'
+            f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">'
             f"{e(m.fmt_bytes_short(v))}</text>"
         )
+    return "".join(ticks)
+
+
+def _tile_ticks(n: int) -> str:
+    """Six tile numbers along the bottom, from the first tile to the last."""
+    ticks = []
     for k in range(6):
         t = round((n - 1) * k / 5) if n > 1 else 0
-        x = left + (t + 0.5) * plot_w / max(n, 1)
+        x = _LEFT + (t + 0.5) * _PLOT_W / max(n, 1)
         anchor = "start" if k == 0 else "end" if k == 5 else "middle"
         ticks.append(
-            f'<text x="{x:.1f}" y="{pad_top + plot_h + 16}" font-size="11" '
+            f'<text x="{x:.1f}" y="{_PAD_TOP + _PLOT_H + 16}" font-size="11" '
             f'text-anchor="{anchor}">tile {t}</text>'
         )
-    if on_scale:
-        y = pad_top + plot_h - budget / top * plot_h
-        budget_mark = (
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="{OVER}" '
-            f'stroke-width="2" stroke-dasharray="6 4"/>'
-            f'<text x="{left + plot_w - 4}" y="{y - 6:.1f}" font-size="12" text-anchor="end" '
-            f'stroke="#fff" stroke-width="4" paint-order="stroke" style="fill:{OVER}">'
-            f"budget {e(m.fmt_bytes_short(budget))} per tile</text>"
-        )
-    else:
-        budget_mark = (
-            f'<text x="{left + plot_w}" y="{pad_top - 8}" font-size="12" text-anchor="end" '
-            f'style="fill:{OVER}">budget {e(m.fmt_bytes_short(budget))} per tile is above this '
-            f"scale: the peak is {e(m.fmt_pct(m.memory_fraction(report), 1))} of it</text>"
-        )
-    height = pad_top + plot_h + 26
-    body = f"{''.join(ticks)}{area(total, '#9cc3e6')}{area(live, '#2f5f8f')}{budget_mark}"
-    return svg(WIDTH, height, "bytes per tile", body)
+    return "".join(ticks)
+
+
+def _budget_line(budget: float, top: float) -> str:
+    """The budget as a dashed line across the plot, when the scale reaches it."""
+    y = _PAD_TOP + _PLOT_H - budget / top * _PLOT_H
+    return (
+        f'<line x1="{_LEFT}" x2="{_LEFT + _PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" stroke="{OVER}" '
+        f'stroke-width="2" stroke-dasharray="6 4"/>'
+        f'<text x="{_LEFT + _PLOT_W - 4}" y="{y - 6:.1f}" font-size="12" text-anchor="end" '
+        f'stroke="#fff" stroke-width="4" paint-order="stroke" style="fill:{OVER}">'
+        f"budget {e(m.fmt_bytes_short(budget))} per tile</text>"
+    )
+
+
+def _budget_above(report: CostReport, budget: float) -> str:
+    """A note that the budget is off the top of a scale fitted to tiles far below it."""
+    return (
+        f'<text x="{_LEFT + _PLOT_W}" y="{_PAD_TOP - 8}" font-size="12" text-anchor="end" '
+        f'style="fill:{OVER}">budget {e(m.fmt_bytes_short(budget))} per tile is above this '
+        f"scale: the peak is {e(m.fmt_pct(m.memory_fraction(report), 1))} of it</text>"
+    )
 
 
 def _memory_tables(report: CostReport) -> str:
     groups = m.ipu_groups(report)
+    return (
+        panel("Peak per IPU", _peak_table(report, groups))
+        + panel("Tiles by bytes (histogram)", _histogram(report))
+        + panel("Fullest tiles and their largest tensors", _top_tiles(report))
+        + panel("Always-live against not-always-live", _liveness(groups))
+        + panel("By category, as PopVision counts it", _categories(report))
+    )
+
+
+def _peak_table(report: CostReport, groups: list[tuple[str, m.IpuMemory]]) -> str:
     budget = report.bytes_per_tile
     peak_rows = [
         (
@@ -214,51 +246,33 @@ def _memory_tables(report: CostReport) -> str:
         )
         for label, i in groups
     ]
-    peak = table(
+    return table(
         ("IPU", "peak tile", "peak bytes", "of budget", "mean per tile", "all tiles", "over"),
         peak_rows,
         numeric=range(7),
         row_classes=["over" if i.peak > budget else "" for _, i in groups],
     )
+
+
+def _histogram(report: CostReport) -> str:
+    """Tiles by bytes, a bar per bin; the bins past the budget in red."""
     bins = m.histogram(report.tile_memory)
     most = max((b.count for b in bins), default=1) or 1
     hist_rows = []
     for b, label in zip(bins, m.bin_labels(bins), strict=True):
-        over = " over" if b.high > budget else ""
+        over = " over" if b.high > report.bytes_per_tile else ""
         bar = Raw(f'<span class="bar{over}" style="width:{360 * b.count / most:.0f}px"></span>')
         hist_rows.append((label, f"{b.count:,}", bar))
-    hist = table(("bytes per tile", "tiles", ""), hist_rows, numeric=(1,))
-    live_rows = []
-    for label, i in groups:
-        live_rows.append(
-            (
-                label,
-                "always-live (inputs, constants)",
-                m.fmt_bytes(i.always_live),
-                m.fmt_bytes(i.always_live_max),
-                m.fmt_bytes(i.peak_tile_always_live),
-            )
-        )
-        live_rows.append(
-            (
-                label,
-                "not-always-live + code (the rest)",
-                m.fmt_bytes(i.not_always_live),
-                m.fmt_bytes(i.not_always_live_max),
-                m.fmt_bytes(i.peak - i.peak_tile_always_live),
-            )
-        )
-    live = table(
+    return table(("bytes per tile", "tiles", ""), hist_rows, numeric=(1,))
+
+
+def _liveness(groups: list[tuple[str, m.IpuMemory]]) -> str:
+    """Per group of IPUs, a row of always-live bytes and a row of the rest."""
+    live_rows = [(label, *row) for label, i in groups for row in i.liveness_rows()]
+    return table(
         ("IPU", "kind", "all tiles", "fullest tile of this kind", "on the peak tile"),
         live_rows,
         numeric=(0, 2, 3, 4),
-    )
-    return (
-        panel("Peak per IPU", peak)
-        + panel("Tiles by bytes (histogram)", hist)
-        + panel("Fullest tiles and their largest tensors", _top_tiles(report))
-        + panel("Always-live against not-always-live", live)
-        + panel("By category, as PopVision counts it", _categories(report))
     )
 
 
@@ -291,9 +305,7 @@ def _top_tiles(report: CostReport) -> str:
     classes = []
     for usage, same in zip(report.top_tiles, m.repeated_tensors(report), strict=True):
         over = "over" if usage.bytes > report.bytes_per_tile else ""
-        tensors: tuple[tuple[int | str, str], ...] = usage.tensors or ((0, "(none listed)"),)
-        if same is not None:
-            tensors = (("", f"(the same largest tensors as tile {same})"),)
+        tensors = m.largest_tensors(usage, same)
         for k, (size, what) in enumerate(tensors):
             first = k == 0
             rows.append(

@@ -16,9 +16,15 @@ NONE = '<p class="none">none</p>'
 
 
 def _summary(report: CostReport) -> str:
+    cards = "".join(_cards(report))
+    return f'<div class="cards">{cards}</div><div class="panel">{_facts(report)}</div>'
+
+
+def _cards(report: CostReport) -> list[str]:
+    """The headline figures, one card each."""
     balance = m.tile_balance(report)
     fits = report.fits
-    cards = [
+    return [
         card("time per step", m.fmt_seconds(report.seconds), f"{report.total_cycles:,} cycles"),
         card(
             "FLOP utilisation",
@@ -42,6 +48,11 @@ def _summary(report: CostReport) -> str:
         card("tile balance", m.fmt_pct(balance, 1), "compute-weighted tiles in use"),
         card("supersteps", f"{len(report.supersteps):,}", f"{report.ipus} IPU(s)"),
     ]
+
+
+def _facts(report: CostReport) -> str:
+    """The target and the step's figures as a key-value table."""
+    fits = report.fits
     rows = [
         ("target", f"{report.target} ({report.system})"),
         ("IPUs", f"{report.ipus:,}"),
@@ -61,13 +72,12 @@ def _summary(report: CostReport) -> str:
         ),
         ("fits", "yes" if fits else "NO"),
     ]
-    facts = table(
+    return table(
         ("", ""),
         rows,
         row_classes=["over" if k == "fits" and not fits else "" for k, _ in rows],
         cls="kv",
     )
-    return f'<div class="cards">{"".join(cards)}</div><div class="panel">{facts}</div>'
 
 
 def _communication(report: CostReport) -> str:

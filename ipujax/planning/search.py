@@ -1,0 +1,247 @@
+"""The plan search's loop: which candidates to cost, in which order, and which to skip.
+
+The search does not cost every plan. In order:
+- **Not expressible.** The rule (or workload) raises `ValueError` or an ipujax error for a mesh
+  it cannot shard (heads that do not divide, an axis it does not know): skipped, with its words.
+- **Memory lower bounds, before anything is traced** (`bounds`): a plan whose inputs alone
+  cannot fit is skipped.
+- **Dominance.** Phases only add streaming and recomputation only adds compute, so a phased plan
+  is costed only for a mesh whose plain plan does not fit, and a pipeline that recomputes only
+  when the one that stashes does not fit.
+- **A cost lower bound.** A phased plan streams every input byte of an IPU in at least once a
+  step: its samples per second are at most samples / (bytes per IPU / streaming bandwidth).
+  Phased plans are costed best bound first; one whose bound is below the best plan that fits so
+  far is pruned.
+- **Repeated layers priced once** (`costing`): a layered model is costed shallow and
+  extrapolated; the best plans are then compiled whole (`confirm`), and their figures replace
+  the estimates.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ipujax.planning.bounds import InputBytes, memory_bound, streaming_bound_seconds
+from ipujax.planning.candidates import (
+    LAYOUTS,
+    PIPELINE_AXIS,
+    REPLICAS,
+    Candidate,
+    meshes,
+    microbatch_counts,
+    system_ipus,
+)
+from ipujax.planning.costing import SKIP_ERRORS, Costing, Refused
+from ipujax.planning.models import Model, step_model
+from ipujax.planning.ranking import Plan, Plans, Skipped, rank
+from partitioner import Mesh, Target
+
+
+class Outcome(enum.Enum):
+    """What trying a candidate came to, which says what the search tries next for its mesh."""
+
+    FITS = enum.auto()  # costed, and it fits
+    DOES_NOT_FIT = enum.auto()  # costed, and over the chip's memory
+    OVER_MEMORY_BOUND = enum.auto()  # not costed: its inputs alone cannot fit
+    REFUSED = enum.auto()  # not costed: the rule cannot shard its mesh
+
+
+# A plain plan that cannot fit, costed or not: phases may make it fit.
+_OUTGROWN = frozenset({Outcome.DOES_NOT_FIT, Outcome.OVER_MEMORY_BOUND})
+# The same for every micro-batch count of a pipeline: the rule, the scopes or the weights.
+_EVERY_COUNT = frozenset({Outcome.REFUSED, Outcome.OVER_MEMORY_BOUND})
+
+
+@dataclass
+class _Search:
+    """One search's state: the plans it costed and the candidates it skipped, in order."""
+
+    costing: Costing
+    progress: Callable[[str], None] | None = None
+    plans: list[Plan] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def skip(self, candidate: Candidate, reason: str, detail: str) -> None:
+        self.skipped.append(Skipped(candidate, reason, detail))
+
+    def attempt(self, candidate: Candidate, whole: bool = False) -> Plan | None:
+        """The candidate costed, or None when it could not be (skipped, with why)."""
+        plan = self.costing.cost(candidate, whole)
+        if isinstance(plan, Refused):
+            self.skip(candidate, "not expressible", plan.detail)
+            return None
+        return plan
+
+    def try_plain(
+        self, candidate: Candidate, inputs: InputBytes | None = None
+    ) -> tuple[Outcome, InputBytes | None]:
+        """Costs the candidate unless a bound rules it out, and its inputs when known
+        (`inputs`: when the caller has them)."""
+        known = self.costing.inputs(candidate) if inputs is None else inputs
+        if isinstance(known, Refused):
+            self.skip(candidate, "not expressible", known.detail)
+            return Outcome.REFUSED, None
+        why = memory_bound(candidate, known, self.costing.target)
+        if why is not None:
+            self.skip(candidate, "memory bound", why)
+            return Outcome.OVER_MEMORY_BOUND, known
+        self.note(f"costing {candidate.describe()}")
+        plan = self.attempt(candidate)
+        if plan is None:
+            return Outcome.REFUSED, known
+        self.plans.append(plan)
+        return (Outcome.FITS if plan.fits else Outcome.DOES_NOT_FIT), known
+
+    def run(self, candidates: Sequence[Candidate]) -> None:
+        """Plain plans first (they say which meshes need phases), a pipeline stashing before
+        it recomputes; then phased plans, best bound first."""
+        phased: list[tuple[Candidate, InputBytes]] = []
+        for candidate in candidates:
+            if candidate.pipelined:
+                self.run_pipelined(candidate)
+                continue
+            outcome, inputs = self.try_plain(candidate)
+            if outcome in _OUTGROWN and inputs is not None:
+                phased.append((candidate.phased(), inputs))
+            elif outcome is Outcome.FITS:
+                self.skip(
+                    candidate.phased(),
+                    "dominated",
+                    "the plan without phases fits, and phases only add streaming",
+                )
+        self.run_phased(phased)
+
+    def run_pipelined(self, candidate: Candidate) -> None:
+        choose = self.costing.model.choose_microbatches
+        counts = self.counts(candidate) if choose else [None]
+        inputs = None  # the same whatever the micro-batches and recomputation
+        for count in counts:
+            stashing = candidate.stashing(count)
+            outcome, inputs = self.try_plain(stashing, inputs)
+            if outcome in _EVERY_COUNT:
+                break
+            if outcome is Outcome.DOES_NOT_FIT:
+                self.try_plain(stashing.recomputing(), inputs)
+            elif outcome is Outcome.FITS:
+                self.skip(
+                    stashing.recomputing(),
+                    "dominated",
+                    "the pipeline that stashes fits, and recomputation only adds compute",
+                )
+
+    def counts(self, candidate: Candidate) -> list[int | None]:
+        """Micro-batch counts for a pipelined mesh of the model's global batch."""
+        try:
+            _, (_, args, kwargs) = self.costing.make(candidate, None)
+        except SKIP_ERRORS:
+            return [None]
+        per_replica = self.costing.samples(args, kwargs) // candidate.mesh.get(REPLICAS, 1)
+        return microbatch_counts(per_replica, candidate.mesh[PIPELINE_AXIS])
+
+    def run_phased(self, needs: list[tuple[Candidate, InputBytes]]) -> None:
+        """Phased plans best bound first, each pruned when its bound is below the best plan
+        that fits so far."""
+        for rate, candidate in self.bounded(needs):
+            best = self.best_fitting_rate()
+            if best is not None and rate < best:
+                self.skip(
+                    candidate,
+                    "cost bound",
+                    f"streaming its inputs alone allows at most {rate:,.3g} samples/s, below "
+                    f"the best plan's {best:,.3g}",
+                )
+                continue
+            self.note(f"costing {candidate.describe()}")
+            plan = self.attempt(candidate)
+            if plan is not None:
+                self.plans.append(plan)
+
+    def bounded(self, needs: list[tuple[Candidate, InputBytes]]) -> list[tuple[float, Candidate]]:
+        """The phased candidates that may fit, each with the samples per second streaming its
+        inputs allows at most, best first."""
+        target = self.costing.target
+        bounded = []
+        for candidate, inputs in needs:
+            why = memory_bound(candidate, inputs, target)
+            if why is not None:
+                self.skip(candidate, "memory bound", why)
+                continue
+            seconds = max(streaming_bound_seconds(inputs, target), 1e-12)
+            bounded.append((inputs.samples / seconds, candidate))
+        bounded.sort(key=lambda item: -item[0])
+        return bounded
+
+    def best_fitting_rate(self) -> float | None:
+        rates = [p.samples_per_second for p in self.plans if p.fits]
+        return max(rates) if rates else None
+
+    def confirm(self, count: int) -> None:
+        """Compiles the best extrapolated plans whole until the best is exact (at most
+        `count` of them), each replacing its estimate."""
+        for _ in range(count):
+            ranked = rank(self.plans)
+            if not ranked or not ranked[0].extrapolated:
+                return
+            top = ranked[0]
+            self.note(f"confirming {top.candidate.describe()} at full depth")
+            whole = self.attempt(top.candidate, whole=True)
+            self.plans.remove(top)
+            if whole is not None:
+                self.plans.append(whole)
+
+
+def search(
+    model: Model,
+    system: str,
+    target: Target | None = None,
+    layouts: Sequence[tuple[str, ...]] = LAYOUTS,
+    confirm: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> Plans:
+    """Every plan of `model` on `system` (see the module docstring), ranked."""
+    ipus = system_ipus(system)
+    target = target or Target.bow()
+    state = _Search(Costing(model, target), progress=progress)
+    state.run([Candidate(axes) for axes in meshes(ipus, layouts)])
+    state.confirm(confirm)
+    return Plans(
+        system=system,
+        ipus=ipus,
+        target=target.name,
+        plans=tuple(rank(state.plans)),
+        skipped=tuple(state.skipped),
+        compiles=state.costing.compiles,
+    )
+
+
+def plan(
+    fun: Callable[..., Any],
+    *args: Any,
+    system: str = "pod16",
+    target: Target | None = None,
+    rule: Callable[[Mesh], Any] | None = None,
+    batch_argnums: Sequence[int] = (-1,),
+    layouts: Sequence[tuple[str, ...]] = LAYOUTS,
+    progress: Callable[[str], None] | None = None,
+) -> Plans:
+    """The ways to run `fun(*args)` on every IPU of `system` (`pod16`, `pod64`, `pod256`, `bow`
+    for a Bow-2000, `ipu`, or a count), costed and ranked (docs/plan.md).
+
+    `rule(mesh)` gives `in_shardings` for `args` on a mesh whose axes are among `dp`, `tp`,
+    `tp1`, `tp2` and `pp` (raising `ValueError` for one it cannot shard); by default the batch
+    arguments are split over `dp` and everything else replicated. A mesh with `pp` pipelines the
+    step over it by its `jax.named_scope` blocks, trying micro-batches of 1 to 32 samples. The
+    batch is `args`' own: every plan trains on the same samples a step.
+
+        plans = ipujax.plan(step, params, opt_state, batch, system="pod16", rule=my_specs)
+        step_on_pod = plans.best.jit(step)
+    """
+    model = step_model(fun, args, rule, batch_argnums)
+    return search(model, system, target, layouts, progress=progress)

@@ -1,0 +1,58 @@
+"""The runtime's passes, in order, in one place: rewrites of the per-IPU program that change how
+the simulator computes its values on the CPU, never what they are nor what the IPU is charged.
+
+    fuse_sums      (IPUs held on one device) an all-reduce of a contraction runs as one
+                   contraction of every IPU's operands laid end to end (`fused_sums`)
+    pass_scalars   a broadcast scalar read by a binary op or a comparison is handed to it as
+                   the scalar; broadcasts nothing reads any more are dropped (`scalar_operands`)
+
+The cost report is built from the partitioner's program before these run; each pass is a pure
+function from a `Program` to a `Program`, and with `verify` each result is checked to read every
+value after it is made (`partitioner.verify_dataflow`; a rewrite may hand an op a scalar where
+the tiles hold its broadcast, so the layouts are not the runtime's to keep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+from ipujax.runtime.fused_sums import fuse_sums
+from ipujax.runtime.scalar_operands import pass_scalars
+from lowering import Value
+from partitioner import Program, verify_dataflow
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What the rewrites may know of where the program runs: the mesh's axes and sizes, the
+    axes whose IPUs one device holds, and the mesh axes each value differs over."""
+
+    sizes: Mapping[str, int]
+    local_axes: Collection[str] = ()
+    varying: Mapping[Value, frozenset[str]] | None = None
+
+
+def _fuse_sums(program: Program, placement: Placement) -> Program:
+    if not placement.local_axes or placement.varying is None:
+        return program
+    return fuse_sums(program, placement.varying, placement.local_axes)
+
+
+def _pass_scalars(program: Program, placement: Placement) -> Program:
+    return pass_scalars(program)
+
+
+RUNTIME_PASSES: tuple[tuple[str, Callable[[Program, Placement], Program]], ...] = (
+    ("fuse_sums", _fuse_sums),
+    ("pass_scalars", _pass_scalars),
+)
+
+
+def prepare(program: Program, placement: Placement, verify: bool = False) -> Program:
+    """`program` through every runtime pass in order, each result verified when `verify`."""
+    for name, rewrite in RUNTIME_PASSES:
+        program = rewrite(program, placement)
+        if verify:
+            verify_dataflow(program, f"runtime {name}")
+    return program

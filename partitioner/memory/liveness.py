@@ -1,0 +1,196 @@
+"""Liveness: which task spans each tensor's storage is on chip for, over a scheduled program.
+
+Every value's bytes belong to a storage owner: views share their source's storage, and an
+elementwise result overwrites an operand nothing reads afterwards (Poplar's in-place ops). An
+owner is on chip from the task that makes it to the last task that reads it; phased, only in the
+phases that use it (`PhaseBounds`), loaded at the start of each and stored at the end of the phase
+that makes it when a later phase or the host reads it. `partitioner.memory.tiles` sums these
+spans into bytes per tile.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lowering import ELEMENTWISE, Value
+from partitioner.layout import Layout, tile_bytes
+from partitioner.program import Program, Task
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """One tensor's storage on tiles and the task spans (inclusive) it is on chip for.
+
+    Unphased, a tensor has one span, from the task that makes it to the last that reads it.
+    Phased, a tensor in streaming memory is on chip only in the phases that use it."""
+
+    value: Value
+    layout: Layout
+    spans: tuple[tuple[int, int], ...]
+    always_live: bool
+    ways: int = 1  # held as a 1/ways shard (replicated tensor sharding's updates)
+
+    @property
+    def bytes_per_tile(self) -> int:
+        return -(-tile_bytes(self.layout, self.value.dtype) // self.ways)
+
+    @property
+    def first(self) -> int:
+        return self.spans[0][0] if self.spans else 0
+
+    def live_at(self, task: int) -> bool:
+        return self.always_live or any(a <= task <= b for a, b in self.spans)
+
+
+class PhaseBounds:
+    """Task ranges of phases, `bounds[i] = (start, stop)`, in order and covering all tasks."""
+
+    def __init__(self, bounds: list[tuple[int, int]]) -> None:
+        assert all(a == b for (_, a), (b, _) in itertools.pairwise([(0, 0), *bounds])), bounds
+        self.bounds = bounds
+        # Each task's phase by table: the memory sweeps ask millions of times (GPT-3 on a
+        # Pod256).
+        self._of = [p for p, (a, b) in enumerate(bounds) for _ in range(a, b)]
+
+    def phase_of(self, task: int) -> int:
+        """The phase of `task`; before the first, the first; past the last, the last."""
+        if task >= len(self._of):
+            return max(0, len(self.bounds) - 1)
+        return self._of[task] if task >= 0 else 0
+
+
+def _roots(program: Program, phases: PhaseBounds | None) -> dict[Value, Value]:
+    """Map every value to the value that owns its bytes: views share their source's storage,
+    and an elementwise result overwrites an operand nothing reads afterwards (Poplar's in-place
+    ops) when the two have the same layout and bytes and were made in the same phase (and
+    neither is an argument or an output, which stream as themselves)."""
+    root: dict[Value, Value] = {}
+    last = _last_reads(program)
+    members_last: dict[Value, int] = {}  # per owner, the last read of any value it holds
+    made: dict[Value, int] = {}
+    keep = set(program.inputs) | set(program.outputs)
+    phase_of = phases.phase_of if phases is not None else (lambda task: 0)
+    for index, task in enumerate(program.tasks):
+        for result, alias in zip(task.op.results, task.aliases, strict=False):
+            if alias is not None:
+                source = task.inputs[alias]
+                root[result] = root.get(source, source)
+        if _elementwise(task) and task.op.results[0] not in keep:
+            result = task.op.results[0]
+            for value in task.inputs:
+                owner = root.get(value, value)
+                if (
+                    owner not in keep
+                    and owner in made
+                    and members_last.get(owner, last.get(owner, -1)) <= index
+                    and phase_of(made[owner]) == phase_of(index)
+                    and owner.nbytes == result.nbytes
+                    and program.layouts.get(owner) == program.layouts.get(result)
+                ):
+                    root[result] = owner
+                    break
+        for value in task.op.results:
+            owner = root.get(value, value)
+            made.setdefault(owner, index)
+            members_last[owner] = max(members_last.get(owner, -1), last.get(value, index))
+    return root
+
+
+def _elementwise(task: Task) -> bool:
+    return task.op.name in ELEMENTWISE and len(task.op.results) == 1 and not task.aliases
+
+
+def _last_reads(program: Program) -> dict[Value, int]:
+    last: dict[Value, int] = {}
+    for index, task in enumerate(program.tasks):
+        for value in task.inputs:
+            last[value] = index
+    for value in program.outputs:
+        last[value] = len(program.tasks)  # read by the host
+    return last
+
+
+Uses = tuple[dict[Value, int], dict[Value, list[int]], set[Value]]
+
+
+def value_uses(program: Program, phases: PhaseBounds | None = None) -> Uses:
+    """Each storage owner's defining task, the tasks that read it, and the constants. They
+    depend on the tasks' ops, not on their plans: a caller that asks `tile_memory` again about
+    a program whose matmuls it re-planned passes them back (`uses=`) rather than paying a
+    pass over every task again (a second for GPT-3's 100,000)."""
+    root = _roots(program, phases)
+    made: dict[Value, int] = {}
+    reads: dict[Value, list[int]] = {}
+    constants: set[Value] = set()
+    for index, task in enumerate(program.tasks):
+        if task.op.name == "constant":
+            constants.update(task.op.results)
+        for value in task.op.results:
+            made.setdefault(root.get(value, value), index)
+        for value in task.inputs:
+            reads.setdefault(root.get(value, value), []).append(index)
+    end = max(0, len(program.tasks) - 1)
+    for value in program.outputs:
+        reads.setdefault(root.get(value, value), []).append(end + 1)  # read by the host
+    return made, reads, constants
+
+
+def _spans(first: int, uses: list[int], phases: PhaseBounds | None) -> tuple[tuple[int, int], ...]:
+    """On chip from `first` to the last use; phased, only in the phases that use it, and from
+    the start of each such phase (a load) to its last use there. A value read after its phase
+    (by a later phase, or by the host: a program output) is stored to streaming memory at the
+    end of the phase that makes it, so it stays on chip until then."""
+    end = max(uses, default=first)
+    if phases is None:
+        return ((first, end),)
+    made_phase = phases.phase_of(first)
+    last_task = phases.bounds[-1][1] - 1
+    lo, hi = phases.bounds[made_phase]
+    if end < hi and min(uses, default=first) >= lo:  # read only in the phase that makes it
+        return ((first, end),)
+    stored = any(u > last_task or phases.phase_of(u) != made_phase for u in uses)
+    uses = [u for u in uses if u <= last_task]
+    by_phase: dict[int, tuple[int, int]] = {}
+    for task in [first, *uses]:
+        phase = phases.phase_of(task)
+        lo, hi = phases.bounds[phase]
+        start = first if phase == made_phase else lo  # made here, or loaded at the start
+        old = by_phase.get(phase)
+        task = min(task, hi - 1)
+        by_phase[phase] = (min(old[0], start), max(old[1], task)) if old else (start, task)
+    if stored:
+        lo, hi = by_phase[made_phase]
+        by_phase[made_phase] = (lo, max(hi, phases.bounds[made_phase][1] - 1))
+    return tuple(by_phase[p] for p in sorted(by_phase))
+
+
+def storages(
+    program: Program,
+    phases: PhaseBounds | None = None,
+    kept: frozenset[Value] = frozenset(),
+    ways: Mapping[Value, int] | None = None,
+    uses: Uses | None = None,
+) -> tuple[Storage, ...]:
+    """Every owned tensor's storage; `kept` activations stay on chip from the task that makes
+    them to their last reader even across phases, and `ways` holds some as shards. `uses` is
+    `value_uses(program, phases)` when the caller has it."""
+    made, reads, constants = uses if uses is not None else value_uses(program, phases)
+    inputs = set(program.inputs)
+    owners = {v for v in program.layouts if v in made or v in inputs}
+    ways = ways or {}
+    found = []
+    for value in owners:
+        always = value in constants or (value in inputs and phases is None)
+        if value in inputs:
+            read_at = reads.get(value, [])
+            first = min(read_at, default=0)
+            spans = _spans(first, read_at, phases) if phases is not None else ((0, 0),)
+            if phases is not None and not read_at:
+                spans = ()
+        else:
+            first = made[value]
+            spans = _spans(first, reads.get(value, []), None if value in kept else phases)
+        found.append(Storage(value, program.layouts[value], spans, always, ways.get(value, 1)))
+    return tuple(found)

@@ -1,0 +1,247 @@
+"""Tile memory as Poplar counts it: per tile, at compile time, before anything runs.
+
+Per tile, PopVision shows always-live variables (program inputs such as weights, and constants),
+not-always-live variables (activations and temporaries, live from the task that makes them to the
+last task that reads them), and code and state by category. We compute the same from the
+Program: every value's bytes per tile from its layout, its spans from `liveness`, each task's
+temporaries (the operand blocks an exchange delivers and the partial sums a matmul keeps) during
+that task alone, summed by a numpy sweep over tasks and tiles; vertex code, vertex state,
+exchange code, control code and stack come from `code_memory`. `check` reads the result against
+the tile budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowering import Value
+from partitioner.memory.code import CodeMemory, code_memory
+from partitioner.memory.liveness import PhaseBounds, Storage, Uses, storages
+from partitioner.program import Program
+from partitioner.target import Target
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TileMemory:
+    """Bytes per tile: always-live, peak not-always-live, code and state by category; and the
+    task of the peak."""
+
+    always_live: np.ndarray
+    not_always_live: np.ndarray
+    code_parts: CodeMemory
+    peak_task: np.ndarray
+    storages: tuple[Storage, ...]
+    phase_peaks: tuple[int, ...] = ()  # the fullest tile's bytes in each phase
+
+    @property
+    def code(self) -> np.ndarray:
+        """Code, vertex state and stack: all but the variables."""
+        return self.code_parts.total
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.always_live + self.not_always_live + self.code
+
+    def categories(self) -> dict[str, np.ndarray]:
+        """Bytes per tile in each category (`code_memory.CATEGORIES`); they sum to `total`."""
+        variables = {
+            "variables_always_live": self.always_live,
+            "variables_not_always_live": self.not_always_live,
+        }
+        return {**variables, **self.code_parts.by_category()}
+
+    def categories_of(self, tile: int) -> tuple[tuple[str, int], ...]:
+        """One tile's bytes in each category, in the report's order."""
+        return tuple((name, int(values[tile])) for name, values in self.categories().items())
+
+
+def tile_memory(
+    program: Program,
+    target: Target,
+    phases: PhaseBounds | None = None,
+    kept: frozenset[Value] = frozenset(),
+    ways: Mapping[Value, int] | None = None,
+    uses: Uses | None = None,
+) -> TileMemory:
+    """Per-tile memory by a sweep over tasks: each storage is added when its span starts and
+    removed after it ends; each task's temporaries count during that task only. `uses` is
+    `value_uses(program, phases)` when the caller has it."""
+    tiles = target.tiles_per_ipu
+    found = storages(program, phases, kept, ways, uses)
+    always = _always_live(found, tiles)
+    code = code_memory(program, target)
+    extra = always + code.total
+    sweep = _live_by_task(program, found, tiles)
+    extra_here = sweep.segment_max(extra)
+    peak = np.zeros(sweep.segments, np.int64)
+    peak_task = np.zeros(sweep.segments, np.int64)
+    fullest: list[np.ndarray] = []  # per task, its fullest tile's bytes
+    for first, live in sweep.blocks():
+        # The first task of the highest: the peak's task, as a task-by-task sweep finds it.
+        top, at = live.max(axis=0), live.argmax(axis=0)
+        higher = top > peak
+        peak = np.where(higher, top, peak)
+        peak_task = np.where(higher, first + at, peak_task)
+        if phases is not None:
+            fullest.append((live + extra_here).max(axis=1))
+    return TileMemory(
+        always_live=always,
+        not_always_live=sweep.per_tile(peak),
+        code_parts=code,
+        peak_task=sweep.per_tile(peak_task),
+        storages=found,
+        phase_peaks=_phase_peaks(fullest, phases),
+    )
+
+
+def _phase_peaks(fullest: list[np.ndarray], phases: PhaseBounds | None) -> tuple[int, ...]:
+    if phases is None or not fullest:
+        return ()
+    per_task = np.concatenate(fullest)
+    return tuple(max(0, int(per_task[a:b].max())) for a, b in phases.bounds if b > a)
+
+
+def _always_live(found: tuple[Storage, ...], tiles: int) -> np.ndarray:
+    """Bytes per tile of the storages live throughout (constants; unphased, the inputs)."""
+    always = np.zeros(tiles, np.int64)
+    for s in found:
+        if s.always_live:
+            always[s.layout.start : s.layout.stop] += s.bytes_per_tile
+    return always
+
+
+def _live_by_task(program: Program, found: tuple[Storage, ...], tiles: int) -> _Sweep:
+    """The bytes per tile live while each task runs: the not-always-live storages whose spans
+    hold it, and its temporaries."""
+    count = len(program.tasks)
+    return _Sweep(count, tiles, _storage_events(found, count), _temporary_events(program))
+
+
+class _Sweep:
+    """Live bytes by task and tile, from difference arrays rather than a task-by-task sweep: a
+    storage adds its bytes per tile at (first task of its span, first tile) and takes them away
+    one past the last of each; cumulative sums over tasks, then tiles, give every task's bytes.
+
+    Tiles are taken in segments, the runs between the tiles where some tensor starts or stops
+    (every tile of a segment holds the same bytes), and tasks in blocks, which keeps the arrays
+    small whatever the program's length (GPT-3 on a Pod256: 100,000 tasks, a few hundred
+    segments of 1,472 tiles)."""
+
+    _BLOCK = 256  # tasks per block
+
+    def __init__(self, count: int, tiles: int, storage: _Events, temporary: _Events) -> None:
+        self.count = count
+        cuts = np.concatenate([storage[1], temporary[1], [0, tiles]])
+        self.bounds = np.unique(np.clip(cuts, 0, tiles))  # segment starts, then `tiles`
+        self.segments = len(self.bounds) - 1
+        self._storage = self._in_segments(storage)
+        self._temporary = self._in_segments(temporary)
+
+    def _in_segments(self, events: _Events) -> _Events:
+        rows, cols, amounts = events
+        tiles = self.bounds[-1]
+        return rows, np.searchsorted(self.bounds, np.clip(cols, 0, tiles)), amounts
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first task, [tasks, segments] live bytes) for consecutive blocks of tasks."""
+        carry = np.zeros(self.segments + 1, np.int64)  # live bytes' segment differences so far
+        for first in range(0, self.count, self._BLOCK):
+            stop = min(self.count, first + self._BLOCK)
+            block = self._differences(self._storage, first, stop)
+            block[0] += carry
+            np.cumsum(block, axis=0, out=block)
+            carry = block[-1].copy()
+            block += self._differences(self._temporary, first, stop)
+            yield first, np.cumsum(block[:, : self.segments], axis=1)
+
+    def _differences(self, events: _Events, first: int, stop: int) -> np.ndarray:
+        rows, cols, amounts = events
+        lo, hi = np.searchsorted(rows, [first, stop])
+        block = np.zeros((stop - first, self.segments + 1), np.int64)
+        np.add.at(block, (rows[lo:hi] - first, cols[lo:hi]), amounts[lo:hi])
+        return block
+
+    def per_tile(self, values: np.ndarray) -> np.ndarray:
+        """Per-segment values (the last axis) spread over the segment's tiles."""
+        return np.repeat(values, np.diff(self.bounds), axis=-1)
+
+    def segment_max(self, per_tile: np.ndarray) -> np.ndarray:
+        """The largest of each segment's tiles' values."""
+        return np.maximum.reduceat(per_tile, self.bounds[:-1])
+
+
+_Events = tuple[np.ndarray, np.ndarray, np.ndarray]  # (task, tile, bytes), sorted by task
+
+
+def _storage_events(found: tuple[Storage, ...], count: int) -> _Events:
+    """Changes of the live bytes' tile differences: each span adds its storage's bytes from its
+    first task and removes them after its last."""
+    spans = [
+        (a, min(b, count - 1) + 1, s.layout.start, s.layout.stop, s.bytes_per_tile)
+        for s in found
+        if not s.always_live
+        for a, b in s.spans
+    ]
+    first, after, start, stop, size = np.array(spans, np.int64).reshape(-1, 5).T
+    rows = np.concatenate([first, first, after, after])
+    cols = np.concatenate([start, stop, start, stop])
+    amounts = np.concatenate([size, -size, -size, size])
+    return _by_task(rows, cols, amounts)
+
+
+def _temporary_events(program: Program) -> _Events:
+    """Tile differences of each task's temporaries, during that task only."""
+    temps = [
+        (index, temp.start, temp.start + temp.tiles, temp.bytes_per_tile)
+        for index, task in enumerate(program.tasks)
+        for temp in task.temporaries
+    ]
+    task, start, stop, size = np.array(temps, np.int64).reshape(-1, 4).T
+    rows = np.concatenate([task, task])
+    return _by_task(rows, np.concatenate([start, stop]), np.concatenate([size, -size]))
+
+
+def _by_task(rows: np.ndarray, cols: np.ndarray, amounts: np.ndarray) -> _Events:
+    order = np.argsort(rows, kind="stable")
+    return rows[order], cols[order], amounts[order]
+
+
+def task_excess(
+    program: Program,
+    target: Target,
+    phases: PhaseBounds | None = None,
+    extra: np.ndarray | None = None,
+) -> list[int]:
+    """For each task, how many bytes its fullest tile is over budget while it runs (0 when
+    within), `extra` bytes per tile added throughout: which tasks a re-plan must shrink."""
+    found = storages(program, phases)
+    base = _always_live(found, target.tiles_per_ipu) + code_memory(program, target).total
+    if extra is not None:
+        base = base + extra
+    sweep = _live_by_task(program, found, target.tiles_per_ipu)
+    base_here = sweep.segment_max(base)
+    excess: list[int] = []
+    for _, live in sweep.blocks():
+        fullest = (live + base_here).max(axis=1) - target.bytes_per_tile
+        excess += np.maximum(fullest, 0).tolist()
+    return excess
+
+
+def region_bytes(program: Program, target: Target) -> np.ndarray:
+    """Per tile, the peak bytes a region's own tensors and temporaries hold while it runs: all
+    but its inputs and the values it captures, which the program around it holds."""
+    tiles = target.tiles_per_ipu
+    found = storages(program)
+    sweep = _live_by_task(program, found, tiles)
+    most = np.zeros(sweep.segments, np.int64)
+    for _, live in sweep.blocks():
+        np.maximum(most, live.max(axis=0), out=most)
+    own = sweep.per_tile(most)
+    inputs = set(program.inputs)
+    for s in found:
+        if s.always_live and s.value not in inputs:
+            own[s.layout.start : s.layout.stop] += s.bytes_per_tile
+    return own

@@ -1,0 +1,339 @@
+"""The partitioner's passes, in order, in one place: from a lowered graph on a mesh to the
+per-IPU BSP program with its memory and its cost.
+
+    unroll         (phased, or many IPUs) counted loops unrolled: a scan over micro-batches
+                   partitions like its body and runs phase-major
+    partition      (mesh of many IPUs) user specs -> shardings -> propagation -> the per-IPU
+                   program with collectives; verified when asked
+    combine        (unphased) all-reduces over the same axes held back and merged, up to a
+                   buffer of bytes, as Graphcore's TensorFlow and XLA combine them
+    place axes     mesh axes onto physical IPUs, the last axis innermost
+    schedule       tile layouts, kernels and supersteps on the compute tiles
+    replicas       the replica axes, derived from the shardings (or given)
+    split phases   (phases=...) a forward and a backward phase per block, optimizer phases;
+                   tasks reordered phase by phase
+    shard          (phased, many IPUs) replicated tensor sharding: streamed tensors split over
+                   the axes they are replicated over, gradients reduce-scattered, updates on
+                   shards
+    memory         per-tile bytes by liveness, phase-aware; activations that fit stay on chip;
+                   OutOfMemoryError if over
+    streaming      per-phase loads, stores and gathers; streaming memory's capacity
+    host           the step's inputs from and results to the host
+    cost           the step's supersteps, collectives, phases and totals
+
+Each pass is a pure function of what the earlier ones made. `ipujax` calls `build`, then builds
+the runtime and the report from what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from jax.sharding import PartitionSpec
+
+from lowering import Graph, unroll_loops, verify
+from partitioner.cost.exchange import global_sync_cycles
+from partitioner.cost.links import LinkModel
+from partitioner.errors import OutOfMemoryError
+from partitioner.memory.check import check_memory
+from partitioner.memory.liveness import value_uses
+from partitioner.memory.tiles import TileMemory, tile_memory
+from partitioner.mesh import Mesh
+from partitioner.phases.plan import PhasePlan, Phases
+from partitioner.phases.rts import Sharded, shard_phases, unsharded
+from partitioner.phases.split import compute_target, phased_hint, split_phases
+from partitioner.phases.streaming import (
+    PhaseStream,
+    capacity_needed,
+    check_capacity,
+    keep_on_chip,
+    phase_costs,
+    phase_streams,
+)
+from partitioner.pipelines.microbatch import per_microbatch
+from partitioner.pipelines.pipeline import Pipeline, pipeline_stages, without_axis
+from partitioner.pipelines.schedule import PipelineCost, schedule_pipeline
+from partitioner.pipelines.stage_costs import stage_costs
+from partitioner.pipelines.stage_memory import fit_stages, stage_memory
+from partitioner.pipelines.stages import split_stages
+from partitioner.pipelines.step_cost import pipelined_step_cost
+from partitioner.program import Program, Superstep
+from partitioner.sharding.combine import BUFFER_BYTES, combine_all_reduces
+from partitioner.sharding.partition import Partitioned, partition
+from partitioner.sharding.propagation import propagate_shardings
+from partitioner.sharding.replicas import check_replica_axes, derive_replica_axes, varying_axes
+from partitioner.sharding.specs import user_shardings
+from partitioner.step.host import host_io, host_rate, host_supersteps
+from partitioner.step.summary import StepCost, step_cost
+from partitioner.target import Target
+from partitioner.tiles.schedule import schedule
+from partitioner.verify import verify_memory, verify_program
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How to build: `phases` (None, "auto" or `jax.named_scope` names), the replica axes (None:
+    derived from the shardings), whether to check tile and streaming memory, and whether to
+    verify each per-IPU graph's IR and, after every pass that makes or changes the BSP program
+    or its memory, the program's invariants (`partitioner.verify`; a debug aid, on in the
+    tests and with `ipujax.jit(verify=True)`)."""
+
+    phases: Phases = None
+    replica_axes: tuple[str, ...] | None = None
+    check_memory: bool = True
+    verify: bool = False
+    collective_buffer_bytes: int = BUFFER_BYTES  # the combiner's; 0 keeps collectives apart
+    pipeline: Pipeline | None = None  # stages over a mesh axis (the program is a micro-batch's)
+    batch_inputs: tuple[int, ...] = ()  # with a pipeline: the inputs that carry the batch
+
+
+@dataclass(frozen=True, eq=False)
+class Built:
+    """What `build` makes: the per-IPU program, its memory, phases and cost."""
+
+    mesh: Mesh
+    graph: Graph  # the program each IPU runs
+    partitioned: Partitioned | None  # None on one IPU
+    target: Target  # the compute tiles' target (fewer tiles when IO tiles stream)
+    program: Program
+    plan: PhasePlan | None
+    memory: TileMemory
+    replica_axes: tuple[str, ...]
+    streams: tuple[PhaseStream, ...]
+    cost: StepCost
+    kept: frozenset = frozenset()  # activations kept on chip across phases
+    pipeline: PipelineCost | None = None  # pipelined: the stages and their schedule
+    stage_memories: tuple[TileMemory, ...] = ()  # pipelined: each stage's IPU, in stage order
+    stage_programs: tuple[Program, ...] = ()  # pipelined: the tasks each stage's memory sweeps
+
+
+def partition_program(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+) -> Partitioned:
+    """The user's specs as shardings, propagated, and the per-IPU program they make."""
+    inputs, outputs = user_shardings(graph, mesh.shape, in_specs, out_specs)
+    fixed_outputs = {graph.outputs[i]: s for i, s in outputs.items()}
+    propagated = propagate_shardings(graph, inputs, fixed_outputs)
+    return partition(graph, propagated, mesh.shape, outputs)
+
+
+def per_ipu(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+    combine_bytes: int,
+    check: bool,
+) -> tuple[Partitioned | None, Graph]:
+    """The program each IPU of `mesh` runs: partitioned on many IPUs, its all-reduces combined
+    up to `combine_bytes` (0: kept apart), its IR verified when `check`; `graph` on one."""
+    if mesh.ipus == 1:
+        if check:
+            verify(graph)
+        return None, graph
+    partitioned = partition_program(graph, mesh, in_specs, out_specs)
+    local = combine_all_reduces(partitioned.graph, combine_bytes)
+    if check:
+        verify(local)
+    return partitioned, local
+
+
+def checked(program: Program, after: str, mesh: Mesh, options: Options) -> Program:
+    """`program` as pass `after` made it, its BSP invariants verified when `options.verify`."""
+    if options.verify:
+        verify_program(program, after, mesh.shape)
+    return program
+
+
+def checked_memory(memory: TileMemory, after: str, options: Options) -> TileMemory:
+    if options.verify:
+        verify_memory(memory, after)
+    return memory
+
+
+def place_axes(partitioned: Partitioned | None, mesh: Mesh) -> LinkModel | None:
+    """Mesh axes onto physical IPUs in the mesh's order, the last axis innermost."""
+    if partitioned is None:
+        return None
+    return LinkModel.place(mesh.shape, mesh.target, mesh.system)
+
+
+def replica_axes_of(
+    partitioned: Partitioned | None, mesh: Mesh, given: Sequence[str] | None
+) -> tuple[str, ...]:
+    if given is not None:
+        return check_replica_axes(given, mesh.shape)
+    if partitioned is None:
+        return ()
+    graph = partitioned.global_graph
+    return derive_replica_axes(graph, partitioned.input_shardings, mesh.axis_names)
+
+
+def check_fits(
+    memory: TileMemory, program: Program, graph: Graph, target: Target, phased: bool
+) -> None:
+    """Raises `OutOfMemoryError` for a tile over budget; unphased, says whether phases would fit."""
+    try:
+        check_memory(memory, program, graph, target)
+    except OutOfMemoryError as error:
+        if phased:
+            raise
+        raise OutOfMemoryError(f"{error}\n{phased_hint(program, target)}") from None
+
+
+def shard(
+    program: Program,
+    plan: PhasePlan | None,
+    partitioned: Partitioned | None,
+    mesh: Mesh,
+    axes: Sequence[str],
+    links: LinkModel | None,
+) -> Sharded:
+    """Replicated tensor sharding of a phased program on many IPUs."""
+    if plan is None or partitioned is None or links is None:
+        return unsharded(program)
+    varying = varying_axes(partitioned.graph, partitioned.input_shardings)
+    return shard_phases(program, varying, mesh.shape, axes, links)
+
+
+def phased_memory(
+    program: Program, plan: PhasePlan | None, sharded: Sharded, target: Target
+) -> tuple[TileMemory, frozenset]:
+    """Tile memory; phased, with the activations that fit kept on chip across phases."""
+    if plan is None:
+        return tile_memory(program, target), frozenset()
+    ways = dict.fromkeys(sharded.shard_values, sharded.replicas)
+    uses = value_uses(program, plan.bounds)
+    first = tile_memory(program, target, plan.bounds, ways=ways, uses=uses)
+    kept = keep_on_chip(
+        program, first.storages, plan.bounds, first.phase_peaks, target.bytes_per_tile
+    )
+    if not kept:
+        return first, kept
+    return tile_memory(program, target, plan.bounds, kept, ways, uses), kept
+
+
+def cost_step(
+    program: Program,
+    plan: PhasePlan | None,
+    memory: TileMemory,
+    streams: Sequence[PhaseStream],
+    target: Target,
+    host: tuple[Superstep, Superstep],
+) -> StepCost:
+    if plan is None:
+        return step_cost(program, None, (), target, host)
+    compute = [
+        sum(step.cycles for task in program.tasks[a:b] for step in task.supersteps)
+        for a, b in plan.bounds.bounds
+    ]
+    phases = phase_costs(plan.names, compute, streams, memory.phase_peaks, target)
+    return step_cost(program, plan.bounds, phases, target, host)
+
+
+def host_transfers(
+    graph: Graph, program: Program, mesh: Mesh, target: Target, phased: bool
+) -> tuple[Superstep, Superstep]:
+    """The step's host transfers; a phased program's IO tiles hide them behind its compute."""
+    rate = host_rate(target, mesh.system, mesh.ipus)
+    hidden = 0
+    if phased and target.phase_io_tiles:
+        hidden = sum(s.compute_cycles for s in program.supersteps)
+    return host_supersteps(host_io(graph), target, rate, hidden)
+
+
+def build(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+    options: Options = Options(),
+) -> Built:
+    """The per-IPU program of `graph` on `mesh`, scheduled, phased, its memory checked and its
+    cost summed."""
+    if options.pipeline is not None:
+        return build_pipelined(graph, mesh, in_specs, out_specs, options)
+    if options.phases is not None or mesh.ipus > 1:
+        graph = unroll_loops(graph)
+    # Phased programs skip the combiner: replicated tensor sharding splits each gradient's.
+    combine = options.collective_buffer_bytes if options.phases is None else 0
+    partitioned, local = per_ipu(graph, mesh, in_specs, out_specs, combine, options.verify)
+    links = place_axes(partitioned, mesh)
+    target = compute_target(mesh.target, options.phases)
+    program = checked(schedule(local, target, links), "schedule", mesh, options)
+    axes = replica_axes_of(partitioned, mesh, options.replica_axes)
+    program, plan = split_phases(program, options.phases, target)
+    program = checked(program, "split phases", mesh, options)
+    sharded = shard(program, plan, partitioned, mesh, axes, links)
+    program = checked(sharded.program, "shard", mesh, options)
+    memory, kept = phased_memory(program, plan, sharded, target)
+    checked_memory(memory, "memory", options)
+    if options.check_memory:
+        check_fits(memory, program, local, target, plan is not None)
+    streams: tuple[PhaseStream, ...] = ()
+    if plan is not None:
+        if options.check_memory:
+            needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept)
+            check_capacity(needed, mesh.target)
+        streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links)
+    host = host_transfers(local, program, mesh, target, plan is not None)
+    cost = cost_step(program, plan, memory, streams, target, host)
+    return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept)
+
+
+def build_pipelined(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+    options: Options,
+) -> Built:
+    """A micro-batch's program partitioned over the mesh without the pipeline axis (collectives
+    costed where their axes lie on the whole mesh), scheduled, split into stages
+    (`pipelining`), each stage's memory checked on its IPU, and the pipeline's cycles
+    (`cost.pipelined`)."""
+    pipe = options.pipeline
+    assert pipe is not None
+    count = pipeline_stages(pipe, mesh)
+    rest = without_axis(mesh, pipe.axis)
+    # Not combined: a combined all-reduce would join gradients of different stages, which live
+    # on different IPUs.
+    partitioned, local = per_ipu(unroll_loops(graph), rest, in_specs, out_specs, 0, options.verify)
+    links = LinkModel.place(mesh.shape, mesh.target, mesh.system) if mesh.ipus > 1 else None
+    target = mesh.target
+    program = checked(schedule(local, target, links), "schedule", mesh, options)
+    axes = replica_axes_of(partitioned, rest, options.replica_axes)
+    split = split_stages(program, pipe, count, per_microbatch(local, options.batch_inputs))
+    program = checked(fit_stages(program, split, pipe, target), "fit stages", mesh, options)
+    stages, memories = zip(
+        *(stage_memory(program, split, s, pipe, target) for s in range(count)), strict=True
+    )
+    for s, (stage, memory) in enumerate(zip(stages, memories, strict=True)):
+        checked_memory(memory, f"stage {s} memory", options)
+        if options.check_memory:
+            check_memory(memory, stage, local, target, ipu=s)
+    costs = stage_costs(program, split, pipe, target, memories)
+    schedule_ = schedule_pipeline(
+        costs, pipe.microbatches, target, global_sync_cycles(target, count), pipe.axis
+    )
+    cost = pipelined_step_cost(schedule_, program, split, target)
+    fullest = max(range(count), key=lambda s: costs[s].peak_tile_bytes)
+    return Built(
+        mesh,
+        local,
+        partitioned,
+        target,
+        program,
+        None,
+        memories[fullest],
+        axes,
+        (),
+        cost,
+        pipeline=schedule_,
+        stage_memories=tuple(memories),
+        stage_programs=tuple(stages),
+    )

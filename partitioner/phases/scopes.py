@@ -1,0 +1,242 @@
+"""Splitting by name, as PopXL runs Graphcore's GPT-3: one forward and one backward phase per
+block, then optimizer phases (docs/phases.md). The blocks are `jax.named_scope`s, given
+(`phases=["layer0", ...]`) or the program's own (`scope_blocks`, with `phases="auto"`).
+
+- a task belongs to the block of the `jax.named_scope` it sits in, forward or backward: jax
+  names the backward ops of a scope `transpose(jvp(layer0))`. Every task of one block and
+  direction is one phase, wherever it sits in program order, so the micro-batches of an
+  unrolled gradient accumulation share their layer's phases (phase-major, as PopXL runs them).
+  Phases run in the order their blocks first appear; if that order would run a task before
+  something it reads (a scope reused further on), each contiguous run of a block is a phase.
+- a task in no named scope joins the latest phase that makes one of its operands. When that
+  phase comes after the last phase of the block the task belongs with (its home: the block of
+  its largest operand, e.g. a weight's update belongs with the weight's layer), the task goes to
+  that block's optimizer phase instead, after every backward phase: an optimizer that needs the
+  global gradient norm updates each layer in a phase of its own, as PopXL's does. Scalars stay
+  where they are made. Views and sources (broadcasts, iotas, constants), widening conversions
+  and tasks that read only arguments join their first reader's phase.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from lowering import Value
+from partitioner.memory.liveness import PhaseBounds
+from partitioner.phases.plan import PhasePlan
+from partitioner.program import Program, Task
+
+TINY_BYTES = 4096  # results this small (norms, scales) stay in the phase that makes them
+# Views and sources: Poplar makes them where they are read, so they run in their reader's phase.
+FLOATING = frozenset({"broadcast_in_dim", "iota", "constant"})
+# Names in jax's name stack that are not the user's scopes.
+_JAX_NAMES = frozenset(
+    {"jvp", "transpose", "vmap", "checkpoint", "rematted_computation", "remat", "while", "body"}
+)
+FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+
+
+# ---- scopes ------------------------------------------------------------------------------------
+
+
+def _words(scope: str) -> list[str]:
+    """The user's scope names in a name-stack path, transformation wrappers opened
+    (`jit(step)/transpose(jvp(layer0))/dot_general` -> ["layer0"]); jit roots and the primitive
+    (the last element) are not scopes."""
+    parts = scope.split("/")[1:-1]
+    words = []
+    for part in parts:
+        if part.startswith(("jit(", "pjit(")):
+            continue
+        words += [w for w in re.split(r"[()]", part) if w and w not in _JAX_NAMES]
+    return words
+
+
+def direction(scope: str) -> str:
+    return BACKWARD if "transpose(" in scope else FORWARD
+
+
+def scope_blocks(program: Program) -> list[str]:
+    """The program's own named scopes that are blocks: the outermost user scope of each task,
+    in order of first appearance."""
+    seen: dict[str, None] = {}
+    for task in program.tasks:
+        words = _words(task.op.loc.scope)
+        if words:
+            seen.setdefault(words[0], None)
+    return list(seen)
+
+
+def block_label(task: Task, names: Sequence[str]) -> str | None:
+    words = _words(task.op.loc.scope)
+    for name in names:
+        if name in words:
+            return name
+    return None
+
+
+# ---- splitting by name -------------------------------------------------------------------------
+
+
+class _Keys:
+    """Phase keys (block, kind, run) in phase order, each with its index."""
+
+    def __init__(self, keys: Iterable[Any]) -> None:
+        self.keys = list(dict.fromkeys(keys))
+        self._at = {key: i for i, key in enumerate(self.keys)}
+
+    def index(self, key: Any) -> int:
+        """The key's phase, a new last phase for a key not seen before."""
+        if key not in self._at:
+            self._at[key] = len(self.keys)
+            self.keys.append(key)
+        return self._at[key]
+
+
+def split_by_names(program: Program, names: Sequence[str]) -> tuple[Program, PhasePlan]:
+    """One phase per block and direction (phase-major), then optimizer phases; contiguous runs
+    when grouping would break the program's order. Tasks are reordered phase by phase."""
+    labels = [block_label(task, names) for task in program.tasks]
+    if not any(labels):
+        raise ValueError(f"no op is in a named scope called any of {list(names)}")
+    phase_of, keys = _assign(program, labels, contiguous=False)
+    if phase_of is None:
+        phase_of, keys = _assign(program, labels, contiguous=True)
+    assert phase_of is not None  # contiguous runs always keep the program's order
+    return _reordered(program, phase_of, [_title(k, keys) for k in keys])
+
+
+def _keys_in_order(labels: list[str | None], program: Program, contiguous: bool) -> list[Any]:
+    """Each named task's (block, direction, run) key."""
+    out: list[Any] = []
+    runs: dict[tuple[str, str], int] = {}
+    last: tuple[str, str] | None = None
+    for label, task in zip(labels, program.tasks, strict=True):
+        if label is None:
+            out.append(None)
+            continue
+        pair = (label, direction(task.op.loc.scope))
+        if contiguous and pair != last:
+            runs[pair] = runs.get(pair, -1) + 1
+        last = pair
+        out.append((*pair, runs.get(pair, 0)))
+    return out
+
+
+def _assign(
+    program: Program, labels: list[str | None], contiguous: bool
+) -> tuple[list[int] | None, list[Any]]:
+    """Each task's phase index, or None when a task would run before what it reads."""
+    task_keys = _keys_in_order(labels, program, contiguous)
+    keys = _Keys(k for k in task_keys if k is not None)
+    named_phases = len(keys.keys)
+    homes = home_blocks(program, labels)
+    last_of = {key[0]: i for i, key in enumerate(keys.keys)}
+    made_in: dict[Value, int] = {}
+    floating: set[Value] = set()  # results of tasks that run in their first reader's phase
+    sourced: set[Value] = set()  # of those, the ones made from arguments and constants only
+    phase_of: list[int] = []
+    for task, key in zip(program.tasks, task_keys, strict=True):
+        earliest = max((made_in[v] for v in task.inputs if v in made_in), default=0)
+        if key is not None:
+            phase = keys.index(key)
+            if phase < earliest:
+                return None, keys.keys
+        elif _floats(task, made_in, sourced):
+            floating.update(task.op.results)
+            if all(v not in made_in or v in sourced for v in task.inputs):
+                sourced.update(task.op.results)
+            phase = earliest
+        else:
+            home = homes.get(task.op.results[0]) if task.op.results else None
+            phase = earliest
+            if home is not None and earliest > last_of[home] and not _tiny(task):
+                # It waits for a phase after its home block's last: its optimizer phase.
+                phase = max(keys.index((home, OPTIMIZER, 0)), earliest, named_phases)
+        phase_of.append(phase)
+        made_in.update(dict.fromkeys(task.op.results, phase))
+    _float_to_readers(program, phase_of, floating)
+    return phase_of, keys.keys
+
+
+def _floats(task: Task, made_in: dict[Value, int], sourced: set[Value]) -> bool:
+    """Views and sources, widening conversions (storing the narrower value streams less), and
+    tasks that read only arguments, constants and what is made from them alone: they run in
+    their first reader's phase."""
+    if task.op.name in FLOATING or _widens(task):
+        return True
+    return all(v not in made_in or v in sourced for v in task.inputs)
+
+
+def _widens(task: Task) -> bool:
+    op = task.op
+    return op.name == "convert" and op.results[0].nbytes > op.operands[0].nbytes
+
+
+def _tiny(task: Task) -> bool:
+    return all(v.nbytes <= TINY_BYTES for v in task.op.results)
+
+
+def home_blocks(program: Program, labels: list[str | None]) -> dict[Value, str]:
+    """Each value's home block: a named task's results are its block's; an argument belongs to
+    the block that reads it first; an unnamed task's results to the home of its largest operand
+    that has one (a broadcast weighs what its source does: it is a view)."""
+    homes: dict[Value, str] = {}
+    weight: dict[Value, int] = {}
+    for task, label in zip(program.tasks, labels, strict=True):
+        if task.op.name == "broadcast_in_dim":
+            weight[task.op.results[0]] = weight.get(task.inputs[0], task.inputs[0].nbytes)
+        if label is not None:
+            for value in task.inputs:
+                homes.setdefault(value, label)
+            homes.update(dict.fromkeys(task.op.results, label))
+            continue
+        homed = [v for v in task.inputs if v in homes]
+        if homed:
+            biggest = max(homed, key=lambda v: weight.get(v, v.nbytes))
+            homes.update(dict.fromkeys(task.op.results, homes[biggest]))
+    return homes
+
+
+def _float_to_readers(program: Program, phase_of: list[int], floating: set[Value]) -> None:
+    """Floating tasks run in the first phase that reads them (never before their producers)."""
+    readers: dict[Value, int] = {}
+    for index in range(len(program.tasks) - 1, -1, -1):
+        task = program.tasks[index]
+        if task.op.results and task.op.results[0] in floating:
+            later = [readers[v] for v in task.op.results if v in readers]
+            phase_of[index] = max(phase_of[index], min(later, default=phase_of[index]))
+        for value in task.inputs:
+            readers[value] = min(readers.get(value, phase_of[index]), phase_of[index])
+
+
+def _title(key: Any, keys: list[Any]) -> str:
+    block, kind, run = key
+    runs = sum(1 for k in keys if k[:2] == (block, kind))
+    title = block if kind == FORWARD else f"{block} ({kind})"
+    return f"{title} [{run + 1}]" if runs > 1 else title
+
+
+def _reordered(
+    program: Program, phase_of: list[int], titles: list[str]
+) -> tuple[Program, PhasePlan]:
+    """Tasks sorted by phase (program order within one), empty phases dropped."""
+    order = sorted(range(len(program.tasks)), key=lambda i: (phase_of[i], i))
+    tasks = tuple(program.tasks[i] for i in order)
+    bounds: list[tuple[int, int]] = []
+    names: list[str] = []
+    start = 0
+    sorted_phases = [phase_of[i] for i in order]
+    for phase, title in enumerate(titles):
+        stop = start
+        while stop < len(tasks) and sorted_phases[stop] == phase:
+            stop += 1
+        if stop > start:
+            bounds.append((start, stop))
+            names.append(title)
+        start = stop
+    plan = PhasePlan(tuple(names), PhaseBounds(bounds))
+    return dataclasses.replace(program, tasks=tasks), plan

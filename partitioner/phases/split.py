@@ -1,0 +1,146 @@
+"""Phased execution, as PopXL runs Graphcore's GPT-3: a program too large for the chip runs as a
+sequence of phases, one forward and one backward phase per block, then optimizer phases, its
+weights and optimizer state in streaming memory (docs/phases.md). This is the `phases=` option's
+pass (`split_phases`): by name (`scopes`) or automatically, then fitted to the tile budget.
+
+Automatically (`phases="auto"`): the program's own named scopes, when it has any, are its
+blocks; a program with no scopes is cut where the fewest bytes cross between phases
+(`min_crossing_cuts`), each phase within a byte budget. Either way, a phase that does not fit
+the tile memory has its matmuls planned with less temporary memory, as a PopLibs user lowers
+`availableMemoryProportion`, and if it still does not fit it is cut where the fewest bytes
+cross (`_fitted`).
+
+What phases stream, and what that costs, is `streaming`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from partitioner.errors import ConfigError
+from partitioner.memory.liveness import PhaseBounds, value_uses
+from partitioner.memory.tiles import tile_memory
+from partitioner.phases.cuts import broadcast_views, cut_phases, touched_bytes
+from partitioner.phases.plan import PhasePlan, Phases
+from partitioner.phases.scopes import scope_blocks, split_by_names
+from partitioner.program import Program
+from partitioner.target import Target
+from partitioner.tiles.rules.matmul import shrunk_by
+
+AUTO_SHARE = 0.25  # of an IPU's memory: the bytes a phase touches, when cutting without scopes
+
+
+def split_auto(program: Program, target: Target) -> tuple[Program, PhasePlan]:
+    """The program's named scopes as blocks, a phase per block and direction; phases that do
+    not fit the tile memory, or a program without scopes, cut where the fewest bytes cross."""
+    blocks = scope_blocks(program)
+    if blocks:
+        program, plan = split_by_names(program, blocks)
+    else:
+        plan = PhasePlan(("phase 0",), PhaseBounds([(0, len(program.tasks))]))
+        budget = AUTO_SHARE * target.bytes_per_ipu
+        plan = cut_phases(program, plan, {0: budget}, target)
+    return _fitted(program, plan, target)
+
+
+def _fitted(
+    program: Program, plan: PhasePlan, target: Target, rounds: int = 10
+) -> tuple[Program, PhasePlan]:
+    """Phases whose fullest tile is over budget fitted as a PopLibs user would: first their
+    matmuls re-planned with less temporary memory (K in more serial chunks, as a lower
+    `availableMemoryProportion` makes PopLibs plan), then, if still over, cut in two where the
+    fewest bytes cross, and again, until every phase fits or nothing helps."""
+    # A phase's matmuls are re-planned again while that keeps shrinking its excess.
+    shrunk: dict[int, int] = {}
+    views = broadcast_views(program)
+    # Re-planning keeps every task's op, so the values' uses hold until phases are cut.
+    uses = value_uses(program, plan.bounds)
+    for _ in range(rounds):
+        peaks = tile_memory(program, target, plan.bounds, uses=uses).phase_peaks
+        over = {
+            p: peak - target.bytes_per_tile
+            for p, peak in enumerate(peaks)
+            if peak > target.bytes_per_tile
+        }
+        if not over:
+            break
+        fresh = {p: excess for p, excess in over.items() if excess < shrunk.get(p, excess + 1)}
+        if fresh:
+            program = _less_memory(program, plan, fresh, target)
+            shrunk.update(fresh)
+            continue
+        budgets = {
+            p: touched_bytes(program.tasks[a:b], views) / 2
+            for p, (a, b) in enumerate(plan.bounds.bounds)
+            if p in over and b - a > 1
+        }
+        if not budgets:
+            break
+        plan = cut_phases(program, plan, budgets, target)
+        uses = value_uses(program, plan.bounds)
+        shrunk = {}
+    return program, plan
+
+
+def _less_memory(
+    program: Program, plan: PhasePlan, excess: dict[int, int], target: Target
+) -> Program:
+    """The matmuls of the phases in `excess` re-planned with that much less temporary memory."""
+    tasks = list(program.tasks)
+    producers = {v: task.op for task in tasks for v in task.op.results}
+    for p, over in excess.items():
+        a, b = plan.bounds.bounds[p]
+        for i in range(a, b):
+            tasks[i] = shrunk_by(tasks[i], over, producers, target)
+    return dataclasses.replace(program, tasks=tuple(tasks))
+
+
+def split_phases(
+    program: Program, phases: Phases, target: Target
+) -> tuple[Program, PhasePlan | None]:
+    """The `phases=` option: None keeps one program on chip, "auto" finds blocks and cuts, a
+    tuple of `jax.named_scope` names cuts by scope."""
+    if phases is None:
+        return program, None
+    if phases == "auto":
+        return split_auto(program, target)
+    if isinstance(phases, (list, tuple)) and phases and all(isinstance(n, str) for n in phases):
+        try:
+            program, plan = split_by_names(program, phases)
+            return _fitted(program, plan, target)
+        except ValueError as error:
+            raise ConfigError(
+                f"phases={list(phases)}: {error}; wrap each phase's code in "
+                "jax.named_scope(name), or use phases='auto'"
+            ) from None
+    raise ConfigError(
+        f"phases={phases!r} is not understood; use None, 'auto' or a list of jax.named_scope names"
+    )
+
+
+def compute_target(target: Target, phases: Phases) -> Target:
+    """The tiles that compute: a phased program keeps its IO tiles for streaming."""
+    io = target.phase_io_tiles
+    if phases is None or not io:
+        return target
+    if io >= target.tiles_per_ipu:
+        raise ConfigError(
+            f"io_tiles={io} leaves no compute tiles of {target.tiles_per_ipu}; use fewer IO tiles"
+        )
+    return target.with_tiles(target.tiles_per_ipu - io)
+
+
+def phased_hint(program: Program, target: Target) -> str:
+    """Whether an unphased program that does not fit would fit in phases, with the figure."""
+    program, plan = split_auto(program, target)
+    phased = tile_memory(program, target, plan.bounds)
+    fullest = int(phased.total.max())
+    if fullest <= target.bytes_per_tile:
+        return (
+            f"It would fit in phases: with phases='auto' ({len(plan.names)} phases, weights in "
+            f"streaming memory) the fullest tile needs {fullest:,} bytes."
+        )
+    return (
+        f"Even with phases='auto' ({len(plan.names)} phases) the fullest tile would need "
+        f"{fullest:,} bytes: spread it over more IPUs."
+    )

@@ -1,0 +1,359 @@
+"""Partitioning: the global Graph becomes the program each IPU runs (SPMD), with collectives.
+
+Given every value's sharding (`propagation`), each op is rewritten for per-IPU shapes. Its
+operands are first resharded to what its factors need, which is where communication appears:
+- a partial sum that a consumer needs whole: AllReduce, or ReduceScatter when the consumer wants
+  that dimension split over the same axes;
+- a dimension split over more axes than needed: AllGather over the extra (minor) axes;
+- a dimension split over fewer axes than wanted: each IPU takes its own slice (no traffic).
+Sums are left pending as long as they can be: an add, subtract or negate of partial sums over the
+same axes (or of one and zeros, an accumulator's start) is a partial sum, so is a reshape or
+transpose of one it alone reads, and a scatter-add of updates split over IPUs makes one.
+A reduction over a dimension padded to divide by its axes first masks the padding to zero. An op
+whose per-IPU form would be wrong (an uneven reshape, say) runs whole, on gathered operands.
+Every collective records the op that needed it and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowering import Graph, Op, Value, free_values, infer_types, producers, walk
+from partitioner.sharding.builder import Builder
+from partitioner.sharding.factor_rules import Factors, lookup_dim, project, reduction_kind
+from partitioner.sharding.propagation import Propagated
+from partitioner.sharding.specs import Axes, Sharding
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedWhole:
+    """An op that ran whole on every IPU and so gathered a tensor that was split."""
+
+    op: str
+    source: str
+    rule: str
+    tensor: str  # the split operand, with its type and sharding
+
+    def __str__(self) -> str:
+        return f"{self.op} at {self.source} ({self.rule} rule) gathered {self.tensor}"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Partitioned:
+    """The per-IPU program and the shardings of its inputs and outputs."""
+
+    graph: Graph
+    input_shardings: tuple[Sharding, ...]
+    output_shardings: tuple[Sharding, ...]
+    global_graph: Graph
+    propagated: Propagated
+    # The sharding of each per-IPU value the partitioner made for a global one.
+    local_shardings: dict[Value, Sharding] = dataclasses.field(default_factory=dict)
+    forced_whole: tuple[ForcedWhole, ...] = ()
+
+
+# Ops that are sums of their operands' terms: applied to partial sums, a partial sum.
+_LINEAR = frozenset({"add", "subtract", "negate"})
+_VIEWS = frozenset({"reshape", "transpose"})
+
+
+def _max_id(graph: Graph) -> int:
+    ids = [v.id for v in graph.inputs]
+    for op in walk(graph):
+        ids.extend(v.id for v in op.results)
+    for op in walk(graph):
+        for region in op.regions:
+            ids.extend(v.id for v in region.inputs)
+    return max(ids, default=0)
+
+
+def _split(local: Value, whole: Value, dim: int) -> bool:
+    return local.shape[dim] != whole.shape[dim]
+
+
+def _axes_of(factors: Factors, axes: tuple[Axes, ...], operand: int, dim: int) -> Axes:
+    factor = factors.operands[operand][dim]
+    return () if factor is None else axes[factor]
+
+
+# ---- per-op rewriting --------------------------------------------------------------------
+
+
+def _localized_attrs(op: Op, local_results: Sequence[tuple[int, ...]], operands: Sequence[Value]):
+    """Attributes that spell out shapes, rewritten for per-IPU shapes."""
+    attrs = dict(op.attrs)
+    if op.name in ("broadcast_in_dim", "iota"):
+        attrs["shape"] = tuple(local_results[0])
+    elif op.name == "reshape":
+        attrs["new_sizes"] = tuple(local_results[0])
+    elif op.name == "slice":
+        global_in = op.operands[0].shape
+        attrs["limit_indices"] = tuple(
+            operands[0].shape[d] if lim == n else lim
+            for d, (lim, n) in enumerate(zip(attrs["limit_indices"], global_in, strict=True))
+        )
+    elif op.name in ("dynamic_slice", "gather"):
+        global_in = op.operands[0].shape
+        attrs["slice_sizes"] = tuple(
+            operands[0].shape[d] if s == n else s
+            for d, (s, n) in enumerate(zip(attrs["slice_sizes"], global_in, strict=True))
+        )
+    return attrs
+
+
+class _Partitioner:
+    def __init__(
+        self,
+        graph: Graph,
+        prop: Propagated,
+        mesh: Mapping[str, int],
+        out_required: Mapping[int, Sharding],
+    ) -> None:
+        self.out_required = out_required
+        self.graph = graph
+        self.prop = prop
+        self.mesh = mesh
+        self.b = Builder(mesh, _max_id(graph) + 1)
+        self.local: dict[Value, tuple[Value, Sharding]] = {}
+        self.producers = producers(graph)
+        self.resharded: dict[tuple[Value, Sharding], Value] = {}
+        self.forced: list[ForcedWhole] = []
+        self.uses = Counter(v for op in graph.ops for v in (*op.operands, *free_values_of(op)))
+        self.uses.update(graph.outputs)
+
+    def operand(self, value: Value, want: Sharding, op: Op, why: str) -> Value:
+        """`value` as `want` on this IPU, communicating once per value and sharding: a
+        finished partial sum replaces the partial one for every later consumer."""
+        x, have = self.local[value]
+        if have == want:
+            return x
+        if (value, want) in self.resharded:
+            return self.resharded[(value, want)]
+        if have.partial and have.partial != want.partial:
+            x, have = self.b.finish_partial(x, have, want, value.shape, op.loc, why)
+            if have == want:
+                self.resharded[(value, want)] = x
+                return x
+            if not have.partial and have.dims == self.local[value][1].dims:
+                self.local[value] = (x, have)
+        x = self.b.reshard(x, have, want, value.shape, op.loc, why)
+        self.resharded[(value, want)] = x
+        return x
+
+    def run(self) -> Partitioned:
+        inputs = []
+        for value in self.graph.inputs:
+            sharding = self.prop.shardings[value]
+            local = self.b.value(sharding.local_shape(value.shape, self.mesh), value.dtype)
+            self.local[value] = (local, sharding)
+            inputs.append(local)
+        for op in self.graph.ops:
+            self.rewrite(op)
+        outputs, out_shardings = [], []
+        for index, value in enumerate(self.graph.outputs):
+            want = self.out_required.get(index) or self.prop.shardings[value].without_partial()
+            outputs.append(self.operand(value, want, _output_op(value), "an output of the program"))
+            out_shardings.append(want)
+        local_graph = Graph(
+            tuple(inputs),
+            tuple(outputs),
+            tuple(self.b.ops),
+            self.graph.input_names,
+            self.graph.in_tree,
+            self.graph.out_tree,
+            self.graph.name,
+        )
+        in_shardings = tuple(self.local[v][1] for v in self.graph.inputs)
+        local_shardings = {local: sharding for local, sharding in self.local.values()}
+        return Partitioned(
+            local_graph,
+            in_shardings,
+            tuple(out_shardings),
+            self.graph,
+            self.prop,
+            local_shardings,
+            tuple(self.forced),
+        )
+
+    def rewrite(self, op: Op) -> None:
+        factors = self.prop.factors[op]
+        axes = self.prop.op_factors[op]
+        if op.regions and free_values_of(op):
+            axes = ()  # regions that read outer values run whole
+        if not axes or not self.try_sharded(op, factors, axes):
+            self.whole(op, factors)
+
+    def try_sharded(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> bool:
+        results = [project(d, axes) for d in factors.results]
+        local_shapes = [
+            s.local_shape(v.shape, self.mesh) for s, v in zip(results, op.results, strict=True)
+        ]
+        if op.name == "reshape" and math.prod(local_shapes[0]) != math.prod(
+            project(factors.operands[0], axes).local_shape(op.operands[0].shape, self.mesh)
+        ):
+            return False
+        mark = len(self.b.ops)
+        pending = self.pending_through(op)
+        if set(pending) & {a for f in axes for a in f}:
+            pending = ()  # an axis cannot both split a dimension and sum over IPUs
+        operands = [
+            self.operand(v, project(d, axes, pending), op, _why(op, factors, i))
+            for i, (v, d) in enumerate(zip(op.operands, factors.operands, strict=True))
+        ]
+        operands = self.mask_reductions(op, factors, axes, operands)
+        attrs = _localized_attrs(op, local_shapes, operands)
+        probe = Op(op.name, tuple(operands), (), attrs, op.regions, op.loc)
+        got = [tuple(a.shape) for a in infer_types(probe)]
+        if got != [tuple(s) for s in local_shapes]:
+            del self.b.ops[mark:]
+            return False
+        summed = tuple(a for f in sorted(factors.reduction) for a in axes[f])
+        if op.name == "scatter" and summed and not self.zeros(op.operands[0]):
+            if not op.operands[0].shape:
+                del self.b.ops[mark:]
+                return False
+            # Every IPU adds its updates into the operand: only the first of the group keeps it.
+            operands[0] = self.b.mask(operands[0], 0, summed, operands[0].shape[0], op.loc, "sum")
+        partial = pending + summed
+        made = self.emit_local(op, factors, axes, operands, attrs, results)
+        kind = reduction_kind(op) if op.name == "reduce" else None
+        if partial and kind in ("max", "min"):  # no pending max: finish it now
+            why = f"{op.name} ({kind}) at {op.loc} over a split dimension"
+            made = (self.b.collective("all_reduce", made[0], partial, op.loc, why, reduction=kind),)
+            partial = ()
+        for value, local, sharding in zip(op.results, made, results, strict=True):
+            self.local[value] = (local, Sharding(sharding.dims, partial))
+        return True
+
+    def zeros(self, value: Value) -> bool:
+        """Whether `value` is all zeros by construction (a zero constant, or its broadcast)."""
+        op = self.producers.get(value)
+        if op is not None and op.name == "broadcast_in_dim":
+            op = self.producers.get(op.operands[0])
+        return op is not None and op.name == "constant" and not np.any(op.attrs["value"])
+
+    def pending_through(self, op: Op) -> Axes:
+        """The axes of a sum still pending on every operand of a linear op (add, subtract,
+        negate), which the op keeps pending: the sum of partial sums is the partial sum of
+        the sums, so one collective finishes it later instead of one per operand. A zero
+        operand (an accumulator's start) adds nothing, so a gradient accumulated over
+        micro-batches stays a partial sum until it is read, and is reduced once."""
+        if op.name in _VIEWS:
+            # A view of a sum read by this view alone (else finishing it once serves all).
+            (x,) = op.operands
+            return self.local[x][1].partial if self.uses[x] == 1 else ()
+        if op.name not in _LINEAR:
+            return ()
+        pending = {self.local[v][1].partial for v in op.operands if not self.zeros(v)}
+        return pending.pop() if len(pending) == 1 else ()
+
+    def emit_local(
+        self,
+        op: Op,
+        factors: Factors,
+        axes: tuple[Axes, ...],
+        operands: list[Value],
+        attrs: dict,
+        results: list[Sharding],
+    ) -> tuple[Value, ...]:
+        """The op on this IPU's blocks; iotas and table lookups split along the dim they count
+        or index need their IPU's offset."""
+        if op.name == "iota":
+            counting = op.attrs["dimension"]
+            if results[0].dims[counting]:
+                return (self.b.split_iota(op, attrs, results[0].dims[counting]),)
+        if op.name in ("gather", "scatter"):
+            looked_up = lookup_dim(op)
+            if looked_up is not None and _split(operands[0], op.operands[0], looked_up):
+                split_axes = _axes_of(factors, axes, 0, looked_up)
+                return self.b.split_lookup(op, operands, attrs, looked_up, split_axes)
+        return self.b.emit(op.name, operands, attrs, op.loc, op.regions)
+
+    def mask_reductions(
+        self, op: Op, factors: Factors, axes: tuple[Axes, ...], operands: list[Value]
+    ) -> list[Value]:
+        """Fill the padding of unevenly split reduction dims with the reduction's identity
+        (0 for sums and contractions, -inf for max, +inf for min) before it is read."""
+        kind = reduction_kind(op) if op.name == "reduce" else "sum"
+        for f in factors.reduction:
+            if not axes[f] or factors.sizes[f] % self.b.group(axes[f]) == 0:
+                continue
+            for i, dims in enumerate(factors.operands):
+                for dim, factor in enumerate(dims):
+                    if factor == f:
+                        operands[i] = self.b.mask(
+                            operands[i], dim, axes[f], factors.sizes[f], op.loc, kind
+                        )
+        return operands
+
+    def whole(self, op: Op, factors: Factors) -> None:
+        """The op on whole operands, its results replicated on every IPU."""
+        why = f"{op.name} at {op.loc} runs whole ({factors.rule} rule)"
+        for value in (*op.operands, *free_values_of(op)):
+            have = self.local[value][1]
+            if any(have.dims):
+                tensor = f"{value.type_str} {have}"
+                self.forced.append(ForcedWhole(op.name, str(op.loc), factors.rule, tensor))
+        operands = [
+            self.operand(v, Sharding.replicated(len(v.shape)), op, why) for v in op.operands
+        ]
+        regions = op.regions
+        captured = free_values_of(op)
+        if captured:
+            mapping = {
+                v: self.operand(v, Sharding.replicated(len(v.shape)), op, why) for v in captured
+            }
+            regions = tuple(_substitute(r, mapping) for r in op.regions)
+        made = self.b.emit(op.name, operands, dict(op.attrs), op.loc, regions)
+        for value, local in zip(op.results, made, strict=True):
+            self.local[value] = (local, Sharding.replicated(len(value.shape)))
+
+
+def free_values_of(op: Op) -> tuple[Value, ...]:
+    found: dict[Value, None] = {}
+    for region in op.regions:
+        for value in free_values(region):
+            found[value] = None
+    return tuple(found)
+
+
+def _substitute(graph: Graph, mapping: Mapping[Value, Value]) -> Graph:
+    """The graph with captured outer values replaced by their per-IPU versions."""
+    ops = tuple(
+        Op(
+            op.name,
+            tuple(mapping.get(v, v) for v in op.operands),
+            op.results,
+            op.attrs,
+            tuple(_substitute(r, mapping) for r in op.regions),
+            op.loc,
+        )
+        for op in graph.ops
+    )
+    outputs = tuple(mapping.get(v, v) for v in graph.outputs)
+    return Graph(graph.inputs, outputs, ops, name=graph.name)
+
+
+def _why(op: Op, factors: Factors, index: int) -> str:
+    return f"operand {index} of {op.name} at {op.loc} ({factors.rule} rule)"
+
+
+def _output_op(value: Value) -> Op:
+    return Op("output", (), (value,))
+
+
+def partition(
+    graph: Graph,
+    prop: Propagated,
+    mesh: Mapping[str, int],
+    out_required: Mapping[int, Sharding] | None = None,
+) -> Partitioned:
+    """The per-IPU program of `graph` under the propagated shardings; output i is delivered
+    as `out_required[i]` where given."""
+    return _Partitioner(graph, prop, mesh, out_required or {}).run()

@@ -1,0 +1,250 @@
+"""Sharding propagation: one algorithm over the per-op factor rules, to a fixed point.
+
+User annotations come first and never change: `in_shardings`, `out_shardings` and
+`with_sharding_constraint`. Then, forward and backward over the ops until nothing changes, each
+op's factors take axes from the tensors that already have shardings, and tensors that have none
+take the factors' axes. Conflicts are resolved in a fixed order that prefers less communication:
+1. a user-annotated tensor's axes before a propagated one's;
+2. non-reduction factors before reduction factors (sharding a reduction factor costs an
+   AllReduce of the result; keeping a batch or row factor sharded costs at most a gather of the
+   other operand), unless a user-annotated reduction split would move fewer bytes
+   (`_cheaper_with_reductions`);
+3. among equals, the larger tensor's axes (moving the smaller one is cheaper);
+4. an axis already taken by an earlier factor is skipped.
+A propagated (not user-given) sharding stays open: a dimension still whole takes axes that a
+later sweep brings, if the tensor does not use them yet, so an early guess never blocks a better
+split found further on. Every sharding records its origin, so `Compiled.explain()` can say where
+it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from operator import itemgetter
+
+from lowering import Graph, Op, Value
+from partitioner.sharding.factor_rules import FACTOR_RULES, Factors, project
+from partitioner.sharding.specs import Axes, Sharding
+
+_MAX_SWEEPS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Propagated:
+    shardings: dict[Value, Sharding]
+    origins: dict[Value, str]
+    op_factors: dict[Op, tuple[Axes, ...]]  # each factor's axes, per op
+    factors: dict[Op, Factors]  # each op's factor rule, as propagation read it
+
+
+def _candidates(
+    op: Op, factors: Factors, known: Mapping[Value, Sharding], fixed: set[Value]
+) -> list[tuple[tuple[int, int, int, int], int, Axes]]:
+    """(priority, factor, axes) for every known tensor dim that maps to a factor, highest
+    priority first: fixed tensors, then non-reduction factors, then larger tensors, then the
+    factor's number (ties keep the tensors' order)."""
+    found = []
+    reduction = factors.reduction
+    tensors = (
+        *zip(op.operands, factors.operands, strict=True),
+        *zip(op.results, factors.results, strict=True),
+    )
+    for value, dims in tensors:
+        sharding = known.get(value)
+        if sharding is None:
+            continue
+        split = sharding.dims
+        origin = 0 if value in fixed else 1
+        for dim, factor in enumerate(dims):
+            if factor is not None and split[dim]:
+                rank = (origin, 1 if factor in reduction else 0, -value.size, factor)
+                found.append((rank, factor, split[dim]))
+    found.sort(key=itemgetter(0))
+    return found
+
+
+def decide_factors(
+    op: Op, factors: Factors, known: Mapping[Value, Sharding], fixed: set[Value]
+) -> tuple[Axes, ...]:
+    chosen: list[Axes] = [()] * len(factors.sizes)
+    candidates = _candidates(op, factors, known, fixed)
+    if not candidates:
+        return tuple(chosen)
+    # An axis may split only one dim of a tensor (a partial sum counts as a use of its axes),
+    # so axes are checked per tensor: the operands of a barrier are independent of each other.
+    tensors = [{f for f in dims if f is not None} for dims in factors.operands]
+    tensors += [
+        {f for f in dims if f is not None} | set(factors.reduction) for dims in factors.results
+    ]
+    used: list[set[str]] = [set() for _ in tensors]
+    skipped: dict[tuple[int, Axes], None] = {}  # in order, each once
+    for rank, factor, axes in candidates:
+        holders = [i for i, fs in enumerate(tensors) if factor in fs]
+        if chosen[factor] or any(used[i] & set(axes) for i in holders):
+            if rank[0] == 0 and factor in factors.reduction and not chosen[factor]:
+                skipped[(factor, axes)] = None
+            continue
+        chosen[factor] = axes
+        for i in holders:
+            used[i] |= set(axes)
+    if not skipped:
+        return tuple(chosen)
+    return _cheaper_with_reductions(op, factors, known, tuple(chosen), list(skipped))
+
+
+def _cheaper_with_reductions(
+    op: Op,
+    factors: Factors,
+    known: Mapping[Value, Sharding],
+    chosen: tuple[Axes, ...],
+    skipped: list[tuple[int, Axes]],
+) -> tuple[Axes, ...]:
+    """Rule 2 has one exception, by bytes: a user-annotated contraction split that lost its axes
+    to another factor takes them back when finishing the partial sum moves fewer bytes than
+    gathering the split operands (x @ w split along K with the result wanted split by rows:
+    a ReduceScatter of the result rather than AllGathers of x and w)."""
+    best, best_bytes = chosen, _moved_bytes(op, factors, known, chosen)
+    for factor, axes in skipped:
+        swapped = [() if set(a) & set(axes) else a for a in chosen]
+        swapped[factor] = axes
+        moved = _moved_bytes(op, factors, known, tuple(swapped))
+        if moved < best_bytes:
+            best, best_bytes = tuple(swapped), moved
+    return best
+
+
+def _moved_bytes(
+    op: Op, factors: Factors, known: Mapping[Value, Sharding], axes: tuple[Axes, ...]
+) -> float:
+    """Bytes the op's known tensors move (as fractions of their size, per IPU, ring closed
+    forms without the (n-1)/n) to meet factor axes `axes`: an operand dim losing axes is
+    gathered; a partial result is reduce-scattered where its known sharding splits a dim by
+    those axes, else all-reduced (twice the bytes)."""
+    moved = 0.0
+    for value, dims in zip(op.operands, factors.operands, strict=True):
+        have = known.get(value)
+        if have is None:
+            continue
+        for dim, factor in enumerate(dims):
+            want = axes[factor] if factor is not None else ()
+            if have.dims[dim] and want[: len(have.dims[dim])] != have.dims[dim]:
+                moved += value.nbytes  # an axis dropped: gathered (adding axes is a slice)
+    partial = {a for f in factors.reduction for a in axes[f]}
+    if partial:
+        for value in op.results:
+            have = known.get(value)
+            split = have.axes if have is not None else set()
+            moved += value.nbytes if partial <= split else 2 * value.nbytes
+    return moved
+
+
+@dataclass
+class _State:
+    """Propagation's working state. `clock` counts changes; an op is visited again only if one
+    of its tensors changed since its last visit (otherwise the visit would change nothing, as
+    deciding and refining are deterministic and idempotent), which keeps large programs fast."""
+
+    known: dict[Value, Sharding]
+    origins: dict[Value, str]
+    fixed: set[Value]
+    factors: dict[Op, Factors]
+    changed_at: dict[Value, int] = field(default_factory=dict)
+    visited_at: dict[Op, int] = field(default_factory=dict)
+    decided: dict[Op, tuple[Axes, ...]] = field(default_factory=dict)  # at the last visit
+    clock: int = 0
+
+    def stale(self, op: Op) -> bool:
+        last = self.visited_at.get(op, -1)
+        if last < 0:
+            return True
+        return any(self.changed_at.get(v, -1) >= last for v in (*op.operands, *op.results))
+
+
+def _sweep(ops: list[Op], state: _State) -> bool:
+    changed = False
+    known, fixed = state.known, state.fixed
+    for op in ops:
+        if not state.stale(op):
+            continue
+        state.clock += 1
+        state.visited_at[op] = state.clock
+        factors = state.factors[op]
+        axes = decide_factors(op, factors, known, fixed)
+        state.decided[op] = axes
+        tensors = list(zip(op.operands, factors.operands, strict=True))
+        tensors += list(zip(op.results, factors.results, strict=True))
+        for value, dims in tensors:
+            if value in fixed or not any(f is not None and axes[f] for f in dims):
+                continue
+            proposed = project(dims, axes)
+            refined = _refine(known.get(value), proposed)
+            if refined is None:
+                continue
+            known[value] = refined
+            state.origins[value] = f"propagated through {op.name} ({factors.rule}) at {op.loc}"
+            state.changed_at[value] = state.clock
+            changed = True
+    return changed
+
+
+def _refine(current: Sharding | None, proposed: Sharding) -> Sharding | None:
+    """A propagated sharding only grows: dims still whole take the proposed axes, if those
+    axes are not used elsewhere in the tensor (Shardy's open dimensions). None: no change."""
+    if current is None:
+        return proposed
+    used = current.axes
+    dims = list(current.dims)
+    for d, (have, want) in enumerate(zip(current.dims, proposed.dims, strict=True)):
+        if not have and want and not used & set(want):
+            dims[d] = want
+            used |= set(want)
+    return Sharding(tuple(dims)) if tuple(dims) != current.dims else None
+
+
+def propagate_shardings(
+    graph: Graph,
+    inputs: Mapping[Value, Sharding],
+    outputs: Mapping[Value, Sharding],
+) -> Propagated:
+    """Shardings for every value of `graph`; values nothing reaches are replicated."""
+    known: dict[Value, Sharding] = {}
+    origins: dict[Value, str] = {}
+    fixed: set[Value] = set()
+    for value, sharding in {**outputs, **inputs}.items():
+        known[value] = sharding
+        origins[value] = "in_shardings" if value in inputs else "out_shardings"
+        fixed.add(value)
+    for op in graph.ops:
+        if op.name == "sharding_constraint":
+            (result,) = op.results
+            known[result] = Sharding(op.attrs["dim_axes"])
+            origins[result] = f"with_sharding_constraint at {op.loc}"
+            fixed.add(result)
+    ops = list(graph.ops)
+    state = _State(known, origins, fixed, {op: FACTOR_RULES[op.name](op) for op in ops})
+    for _ in range(_MAX_SWEEPS):
+        forward = _sweep(ops, state)
+        backward = _sweep(ops[::-1], state)
+        if not (forward or backward):
+            break
+    for value in _all_values(graph):
+        if value not in known:
+            known[value] = Sharding.replicated(len(value.shape))
+            origins[value] = "replicated: no sharding reaches it"
+    # An op none of whose tensors changed since its last visit decides as it did then (values
+    # nothing reached are replicated now, which offers no axes); the others decide again.
+    op_factors = {
+        op: state.decided[op]
+        if not state.stale(op)
+        else decide_factors(op, state.factors[op], known, fixed)
+        for op in graph.ops
+    }
+    return Propagated(known, origins, op_factors, state.factors)
+
+
+def _all_values(graph: Graph) -> list[Value]:
+    values = list(graph.inputs)
+    for op in graph.ops:
+        values.extend(op.results)
+    return values

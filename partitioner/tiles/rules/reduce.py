@@ -1,0 +1,146 @@
+"""reduce in stages: each tile reduces its block, then the partials go to the tiles that own
+the output and are reduced again."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from jax import lax
+
+from lowering import Op, Value, apply_rule, op_cost
+from partitioner.cost.amp import reduce_stages
+from partitioner.cost.exchange import exchange_cycles
+from partitioner.cost.vector import reduce_cycles
+from partitioner.layout import Layout, free_move, tile_bytes
+from partitioner.program import Superstep, Task
+from partitioner.target import Target
+from partitioner.tiles.context import MappingContext
+from partitioner.tiles.rules.common import Array, make_step, permuted
+
+
+def _reduce_split(
+    rows: int, depth: int, dtype: np.dtype, operands: int, target: Target
+) -> tuple[int, int]:
+    """Tiles over kept elements (`rows`) first; spare tiles split the reduced ones (`depth`)
+    when that is faster, counting the second stage's exchange and reduction."""
+    tiles = target.tiles_per_ipu
+    gp = max(1, min(tiles, rows))
+    best = (0, 1)
+    best_cycles = None
+    gq = 1
+    while gq <= max(1, min(tiles // gp, depth)):
+        pb, qb = -(-rows // gp), -(-depth // gq)
+        itemsize = operands * np.dtype(dtype).itemsize
+        # each tile receives its block (unless it holds it already), then reduces it
+        cycles = exchange_cycles(target, pb * qb * itemsize)
+        cycles += reduce_cycles(pb, qb, dtype, True, operands, target)
+        for stage in reduce_stages(gq):
+            cycles += exchange_cycles(target, stage * pb * itemsize) + target.sync_cycles
+            cycles += reduce_cycles(pb, stage, dtype, False, operands, target)
+        if best_cycles is None or cycles < best_cycles:
+            best, best_cycles = (gp, gq), cycles
+        gq *= 2
+    return best
+
+
+def reduce_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    half = len(op.operands) // 2
+    xs = op.operands[:half]
+    dims = tuple(op.attrs["dimensions"])
+    kept = [d for d in range(len(xs[0].shape)) if d not in dims]
+    rows = math.prod(xs[0].shape[d] for d in kept)
+    depth = math.prod(xs[0].shape[d] for d in dims)
+    gp, gq = _reduce_split(rows, depth, xs[0].dtype, len(xs), ctx.target)
+    order = (*kept, *dims)
+    grids = [Layout(permuted(x, order), (rows, depth), (gp, gq)) for x in xs]
+    outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
+
+    def kernel(*arrays: Array) -> tuple[Array, ...]:
+        if gq == 1:  # each tile reduces whole rows
+            return tuple(apply_rule(op, list(arrays), op.attrs, {}))
+        inits = list(arrays[half:])
+        staged = [
+            _depth_split(x, order, rows, gq, init)
+            for x, init in zip(arrays[:half], inits, strict=True)
+        ]
+        local = apply_rule(op, [*staged, *inits], {"dimensions": (2,)}, {})
+        combined = apply_rule(op, [*local, *inits], {"dimensions": (1,)}, {})
+        return tuple(c.reshape(r.shape) for c, r in zip(combined, op.results, strict=True))
+
+    in_place = list(order) == sorted(order) and all(
+        free_move(lay, grid) for lay, grid in zip(layouts[:half], grids, strict=True)
+    )
+    # The reduced elements are innermost on a tile unless they stay where they are and some
+    # kept dimension lies inside them (a sum over the batch of [batch, features]).
+    contiguous = not in_place or kept == list(range(len(kept)))
+    steps = _reduce_steps(op, grids, outs, gq, in_place, contiguous, ctx.target)
+    return Task(op, inputs, layouts, outs, kernel, steps)
+
+
+def _depth_split(x: Array, order: tuple[int, ...], rows: int, gq: int, init: Array) -> Array:
+    """`x` as [rows, gq, qb]: its kept elements, then the reduced ones cut into the gq tiles'
+    runs of qb, the last run padded with the reduction's initial value."""
+    if list(order) != sorted(order):
+        x = lax.transpose(x, order)
+    x = x.reshape(rows, -1)
+    depth = x.shape[1]
+    qb = -(-depth // gq)
+    if qb * gq != depth:
+        x = lax.pad(x, init.astype(x.dtype), [(0, 0, 0), (0, qb * gq - depth, 0)])
+    return x.reshape(rows, gq, qb)
+
+
+def _reduce_steps(
+    op: Op,
+    grids: list[Layout],
+    outs: tuple[Layout, ...],
+    gq: int,
+    in_place: bool,
+    contiguous: bool,
+    target: Target,
+) -> tuple[Superstep, ...]:
+    xs = op.operands[: len(grids)]
+    received = (
+        0 if in_place else sum(tile_bytes(g, x.dtype) for g, x in zip(grids, xs, strict=True))
+    )
+    pb, qb = grids[0].block[0], grids[0].block[1]
+    dtype = xs[0].dtype
+    local = reduce_cycles(pb, qb, dtype, contiguous, len(xs), target)
+    steps = [
+        make_step(
+            op,
+            "local",
+            target,
+            tiles=grids[0].tiles,
+            flops=op_cost(op).flops,
+            compute_cycles=local,
+            busiest_bytes=received,
+            exchange_bytes=received * grids[0].tiles,
+        )
+    ]
+    # The partials combined in stages, as PopLibs plans a reduction of many partials
+    # (`getMultiStageReducePlan`): each stage adds `depth` of them per output block.
+    remaining = gq
+    for depth in reduce_stages(gq):
+        remaining = -(-remaining // depth)
+        last = remaining == 1
+        tiles = outs[0].tiles * remaining
+        partial = depth * sum(tile_bytes(o, r.dtype) for o, r in zip(outs, op.results, strict=True))
+        steps.append(
+            make_step(
+                op,
+                "combine" if last else f"combine.stage{len(steps)}",
+                target,
+                tiles=tiles,
+                flops=depth * outs[0].block_elements * tiles,
+                compute_cycles=reduce_cycles(
+                    outs[0].block_elements, depth, dtype, False, len(xs), target
+                ),
+                busiest_bytes=partial,
+                exchange_bytes=partial * tiles,
+            )
+        )
+    return tuple(steps)
