@@ -14,6 +14,7 @@ a program can be compiled and costed without data.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from ipujax.boundary import api_boundary
 from ipujax.meshes import as_mesh, jax_twin, mesh_in_context
 from ipujax.microbatch import micro_batch
 from ipujax.options import JitOptions, as_tuple, build_options
+from ipujax.resident import check_against, checked_argnames, checked_argnums, resident_leaves
 from ipujax.specs import input_specs, output_specs
 from ipujax.stages import Compiled, Lowered
 from ipujax.tracing import traced
@@ -44,6 +46,7 @@ class Jitted:
     """What `ipujax.jit` returns: call it, or `lower` it; compiled programs are cached."""
 
     def __init__(self, fun: Callable[..., Any], options: JitOptions) -> None:
+        check_against(fun, options)
         self._fun = fun
         self._options = options
         self._cache: dict[Any, Compiled] = {}
@@ -77,7 +80,10 @@ class Jitted:
         user_shardings(graph, split_over.shape, in_specs, out_specs)
         micro = None if pipeline is None else micro_batch(call, pipeline, traced_under)
         donate = donated_leaves(call, options.donate_argnums)
-        return Lowered(graph, mesh, options, donate, in_specs, out_specs, micro)
+        resident = resident_leaves(self._fun, call, options)
+        build = dataclasses.replace(options.build, resident_inputs=resident)
+        how = dataclasses.replace(options, build=build)
+        return Lowered(graph, mesh, how, donate, in_specs, out_specs, micro)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The results' shapes and dtypes, as `jax.eval_shape` gives them."""
@@ -125,6 +131,8 @@ def jit(
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
     donate_argnums: int | Sequence[int] = (),
+    resident_argnums: int | Sequence[int] = (),
+    resident_argnames: str | Sequence[str] = (),
     phases: str | Sequence[str] | None = None,
     devices: Sequence[jax.Device] | None = None,
     replica_axes: str | Sequence[str] | None = None,
@@ -148,6 +156,10 @@ def jit(
     which some input is split and most input bytes are replicated. All-reduces over the same
     axes that can run at one point run as one, up to `collective_buffer_bytes` (10 MiB, as
     Graphcore's CNN examples set; 0 keeps every all-reduce apart).
+    `resident_argnums` / `resident_argnames` mark arguments (whole pytrees: weights, a KV
+    cache) that live on the IPUs between calls: loaded once, as Poplar loads a model's weights,
+    and never charged per call over the host link (an argument a step returns updated already
+    stays). A position out of range or a name that is not a parameter is a `ConfigError`.
     `verify=True` runs the partitioner's verifiers on what it builds (a debug aid; slower);
     None leaves it to the IPUJAX_VERIFY environment variable, read when `jit` is called."""
     options = JitOptions(
@@ -160,6 +172,8 @@ def jit(
         donate_argnums=as_tuple(donate_argnums),
         devices=None if devices is None else tuple(devices),
         build=build_options(phases, replica_axes, collective_buffer_bytes, pipeline, verify),
+        resident_argnums=checked_argnums(resident_argnums),
+        resident_argnames=checked_argnames(resident_argnames),
     )
     if fun is None:
         return lambda f: Jitted(f, options)

@@ -1,6 +1,6 @@
 """A call's arguments as `ipujax.jit` sees them: the static ones closed over, the dynamic ones
-traced, the flat inputs each dynamic argument's leaves become, the donated ones, and the key
-under which a compiled program is cached.
+traced, the flat inputs each dynamic argument's leaves become, the donated and resident ones
+(`resident`), and the key under which a compiled program is cached.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def split_call(
 ) -> Call:
     """The function of the dynamic arguments only, with the static ones closed over."""
     count = len(args)
-    positions, names = _static_parameters(fun, count, static_argnums, static_argnames)
+    positions, names = chosen_parameters(fun, count, static_argnums, static_argnames)
     statics = {i: args[i] for i in sorted(positions)}
     static_kw = {k: v for k, v in kwargs.items() if k in names}
     dyn_args = tuple(a for i, a in enumerate(args) if i not in statics)
@@ -54,11 +54,12 @@ def split_call(
     return Call(dynamic, dyn_args, dyn_kwargs, key, dynamic_positions, count)
 
 
-def _static_parameters(
+def chosen_parameters(
     fun: Callable[..., Any], count: int, argnums: tuple[int, ...], argnames: tuple[str, ...]
 ) -> tuple[set[int], set[str]]:
-    """Static positions and names; like jax.jit, a static parameter is static whether it is
-    passed by position or by keyword."""
+    """The positions and names of the parameters `argnums` and `argnames` choose (static or
+    resident ones) in a call of `count` positional arguments; like jax.jit, a parameter is
+    chosen whether it is passed by position or by keyword."""
     positions = {i % count for i in argnums if -count <= i < count}
     names = set(argnames)
     try:
@@ -87,6 +88,17 @@ def leaf_ranges(call: Call) -> list[tuple[int, range]]:
     for position, arg in zip(call.positions, call.args, strict=True):
         leaves = len(jax.tree.leaves(arg))
         out.append((position, range(offset, offset + leaves)))
+        offset += leaves
+    return out
+
+
+def keyword_ranges(call: Call) -> list[tuple[str, range]]:
+    """Each dynamic keyword argument's name and the flat input indices of its leaves, after
+    the positional ones (jax flattens a dict's entries in sorted key order)."""
+    out, offset = [], len(jax.tree.leaves(call.args))
+    for name in sorted(call.kwargs):
+        leaves = len(jax.tree.leaves(call.kwargs[name]))
+        out.append((name, range(offset, offset + leaves)))
         offset += leaves
     return out
 

@@ -16,14 +16,33 @@ class ReplicationWarning(UserWarning):
     correct, but it moves and holds the whole tensor on each IPU (`Compiled.explain()`)."""
 
 
+class HostBoundWarning(UserWarning):
+    """A step that spends most of its cycles on host transfers while sending large arguments
+    every call: if they live on the IPUs between calls (weights, a KV cache), mark them
+    `resident_argnums` / `resident_argnames` (`ipujax.host_bound`)."""
+
+
+class LoopTripsWarning(UserWarning):
+    """A `while` whose trips only a run knows: its cost assumes one trip until the program has
+    run, then charges the trips the last run counted (the report's `caveats` say which)."""
+
+
+class UnrollLimitWarning(UserWarning):
+    """A counted loop past the unroll limit, where loops are unrolled (many IPUs, phases, a
+    pipeline): it stays one loop, run whole (the report's `caveats` say what that costs)."""
+
+
 __all__ = [
     "ConfigError",
+    "HostBoundWarning",
     "IpujaxError",
+    "LoopTripsWarning",
     "LoweringError",
     "OutOfMemoryError",
     "ReplicationWarning",
     "ReportError",
     "ShardingError",
+    "UnrollLimitWarning",
     "UnsupportedOpError",
     "VerifyError",
 ]

@@ -14,6 +14,7 @@ import functools
 import importlib.util
 import math
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,18 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from ipujax.api import jit
+from ipujax.errors import HostBoundWarning
 from ipujax.planning import samples_per_step
 from ipujax.report import CostReport
 from partitioner import Target, make_mesh
 
 LOW, HIGH = 0.75, 1.33  # the band every figure must fall in (issue 17)
+
+# The kinds of figure the summary gives its error for, as Calculon reports its validation.
+OPS = "single ops, layers and rates"
+SYSTEMS = "whole systems"
+MEMORY = "memory"
+KINDS = (OPS, SYSTEMS, MEMORY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +54,12 @@ class Figure:
     # A whole system's throughput depends on more than the cost model (how Graphcore's
     # software overlapped and combined its work), so its issue set a wider band.
     band: tuple[float, float] = (LOW, HIGH)
+    kind: str = OPS  # one of KINDS
+
+
+# A whole system's throughput depends on more than the cost model (how Graphcore's software
+# overlapped and combined its work), so its issue set a wider band.
+WHOLE_SYSTEM: dict[str, Any] = {"band": (0.5, 1.5), "kind": SYSTEMS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +77,40 @@ class Row:
         low, high = self.figure.band
         return low <= self.ratio <= high
 
+    @property
+    def error(self) -> float:
+        """|ipujax / published - 1|: the relative error of the prediction."""
+        return abs(self.ratio - 1)
+
+
+def _mean_max(rows: Sequence[Row]) -> str:
+    errors = [row.error for row in rows]
+    mean = sum(errors) / len(errors)
+    return f"mean {mean:.1%}, max {max(errors):.1%} over {len(errors)} rows"
+
+
+def error_summary(rows: Sequence[Row]) -> str:
+    """The mean and maximum |error| over the rows, then per kind of figure: the line
+    `ipujax fidelity` ends with and docs/fidelity.md gives under its table."""
+    if not rows:
+        return "|error|: no rows"
+    kinds = [
+        f"{kind}: {_mean_max(of)}"
+        for kind in KINDS
+        if (of := [row for row in rows if row.figure.kind == kind])
+    ]
+    return "; ".join([f"|error| {_mean_max(rows)}", *kinds])
+
 
 def _report(
     fun: Callable, args: Sequence, target: Target, ipus: int = 1, shardings: Any = None
 ) -> CostReport:
     mesh = make_mesh((ipus,), ("ipus",), target=target)
     lowered = jit(fun, mesh=mesh, in_shardings=shardings).lower(*args)
-    return lowered.compile(check_memory_fits=False).cost_report()
+    with warnings.catch_warnings():
+        # A kernel measured alone is host-bound; its figures read the device's cycles.
+        warnings.simplefilter("ignore", HostBoundWarning)
+        return lowered.compile(check_memory_fits=False).cost_report()
 
 
 def _spec(shape: tuple[int, ...], dtype: jnp.dtype) -> jax.ShapeDtypeStruct:
@@ -314,7 +355,7 @@ FIGURES: tuple[Figure, ...] = (
         "per replica, 16 replicas, batch norm, 16.16, gradient accumulation 57, 8-bit IO",
         _resnet50_pod16,
         "57 micro-batch steps and one gradient AllReduce, data parallel on 16 IPUs",
-        band=(0.5, 1.5),
+        **WHOLE_SYSTEM,
     ),
     Figure(
         "BERT-Large pretraining phase 1 (seq 128), Bow Pod16, 4 replicas x 4 pipeline stages",
@@ -327,7 +368,7 @@ FIGURES: tuple[Figure, ...] = (
         "replica, gradient accumulation 2,048, LAMB, optimizer state off chip, recomputation",
         _bert_large(4, 2048),
         "a micro-batch's program in 4 stages, pipelined over 2,048 micro-batches",
-        band=(0.5, 1.5),
+        **WHOLE_SYSTEM,
     ),
     Figure(
         "BERT-Large pretraining phase 1 (seq 128), Bow Pod64, 16 replicas x 4 pipeline stages",
@@ -337,7 +378,7 @@ FIGURES: tuple[Figure, ...] = (
         "pretrain_large_128_POD64: 16 replicas, gradient accumulation 512",
         _bert_large(16, 512),
         "a micro-batch's program in 4 stages, pipelined over 512 micro-batches",
-        band=(0.5, 1.5),
+        **WHOLE_SYSTEM,
     ),
 )
 
@@ -383,7 +424,8 @@ def document(rows: Sequence[Row]) -> str:
     figures that need one were derived."""
     derived = [f"- **{r.figure.name}**: {r.derivation}" for r in rows if r.derivation]
     derivations = "\n## Derivations\n\n" + "\n".join(derived) + "\n" if derived else ""
-    return _HEADER + markdown(rows) + "\n" + derivations + _FOOTER
+    summary = f"\nOver the table, {error_summary(rows)}.\n"
+    return _HEADER + markdown(rows) + "\n" + summary + derivations + _FOOTER
 
 
 _HEADER = f"""# Fidelity: ipujax against published figures

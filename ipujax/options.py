@@ -2,8 +2,8 @@
 
 What the partitioner needs (phases, replica axes, the collective buffer, the pipeline,
 verification) is a `partitioner.Options`, built here once and handed to `build` as it is; the
-rest says how to trace and call: the mesh, the shardings, the static and donated arguments and
-the real devices.
+rest says how to trace and call: the mesh, the shardings, the static, donated and resident
+arguments and the real devices.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class JitOptions:
     donate_argnums: tuple[int, ...]
     devices: tuple[jax.Device, ...] | None
     build: Options
+    resident_argnums: tuple[int, ...] = ()  # on the IPUs between calls (`ipujax.resident`)
+    resident_argnames: tuple[str, ...] = ()
 
 
 def build_options(

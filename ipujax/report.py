@@ -35,9 +35,10 @@ from partitioner import (
 )
 
 SCHEMA = "ipujax.cost_report"
-VERSION = 4  # 2: phases record their loads, stores and kept bytes; host bytes. 3: memory by
-# PopVision category, per IPU and on each of the fullest tiles. 4: pipeline stages and cycles
-READABLE = (1, 2, 3, 4)  # older reports read with the fields they lack at their defaults
+VERSION = 5  # 2: phases record their loads, stores and kept bytes; host bytes. 3: memory by
+# PopVision category, per IPU and on each of the fullest tiles. 4: pipeline stages and cycles.
+# 5: caveats, the assumptions a figure rests on (a loop's trips, the unroll limit)
+READABLE = (1, 2, 3, 4, 5)  # older reports read with the fields they lack at their defaults
 
 
 _R = TypeVar("_R")  # a record: SuperstepCost, CollectiveCost, TileUsage
@@ -56,7 +57,14 @@ _RECORDS = {
 }
 _ARRAYS = ("tile_memory", "always_live")
 # Fields older reports lack, read as their defaults (and `TileUsage.categories` as empty).
-_LATER = ("host_bytes", "memory_categories", "stages", "microbatches", "pipeline_cycles")
+_LATER = (
+    "host_bytes",
+    "memory_categories",
+    "stages",
+    "microbatches",
+    "pipeline_cycles",
+    "caveats",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +100,10 @@ class CostReport:
     stages: tuple[StageCost, ...] = ()
     microbatches: int = 0
     pipeline_cycles: tuple[int, ...] = ()
+    # What the figures assume, one line each naming the user's line (version 5): a loop whose
+    # trips only a run knows (one trip, or those the last run counted), one left whole at the
+    # unroll limit
+    caveats: tuple[str, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -161,6 +173,7 @@ class CostReport:
             "(all IPUs)",
             f"supersteps      {len(self.supersteps)}",
             *self._pipeline_lines(),
+            *(f"caveat          {line}" for line in self.caveats),
         ]
         lines += ["", "cycles by op:"]
         lines += [f"  {cycles:>14,}  {op}" for op, cycles in self.cycles_by_op()[:10]]
@@ -243,6 +256,7 @@ class CostReport:
                 values[name] = tuple(_record(record, r) for r in values[name])
             values["memory_categories"] = _categories(values["memory_categories"])
             values["pipeline_cycles"] = tuple(int(c) for c in values["pipeline_cycles"])
+            values["caveats"] = _lines(values["caveats"])
         except (TypeError, ValueError) as error:
             raise ReportError(f"the cost report has a malformed field: {error}") from None
         return cls(**values)
@@ -317,6 +331,13 @@ def _categories(raw: Any) -> tuple[tuple[str, int], ...]:
     return pairs
 
 
+def _lines(raw: Any) -> tuple[str, ...]:
+    """The caveats from their JSON list, checked."""
+    if not isinstance(raw, list | tuple) or not all(isinstance(line, str) for line in raw):
+        raise TypeError(f"caveats must be a list of strings, got {raw!r}")
+    return tuple(raw)
+
+
 def _record(record: type, raw: Any) -> Any:
     if not isinstance(raw, dict):
         raise TypeError(f"{record.__name__} entries must be objects, got {type(raw).__name__}")
@@ -325,9 +346,9 @@ def _record(record: type, raw: Any) -> Any:
     return record(**values)
 
 
-def build_report(built: Built) -> CostReport:
+def build_report(built: Built, caveats: tuple[str, ...] = ()) -> CostReport:
     """The report of what `partitioner.build` made: its step cost, its memory per tile (and the
-    IO tiles' streaming buffers), every IPU alike (SPMD)."""
+    IO tiles' streaming buffers), every IPU alike (SPMD); and what its figures assume."""
     mesh, cost, memory = built.mesh, built.cost, built.memory
     target = mesh.target
     io = io_tile_bytes(built.streams, target.phase_io_tiles if built.plan is not None else 0)
@@ -370,6 +391,7 @@ def build_report(built: Built) -> CostReport:
         stages=() if pipeline is None else pipeline.stages,
         microbatches=0 if pipeline is None else pipeline.microbatches,
         pipeline_cycles=() if pipeline is None else pipeline.cycles,
+        caveats=caveats,
     )
 
 

@@ -3,7 +3,9 @@
 cost report).
 
 `Lowered.compile` hands the IR, the mesh the lowering resolved and the jit's `partitioner.Options`
-to `partitioner.build`; the runtime is made from what it builds on the first call.
+to `partitioner.build`; the runtime is made from what it builds on the first call. A loop whose
+trips only a run knows is costed one trip until the program has run, then with the trips the
+last run counted (`ipujax.loops`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from jax.sharding import PartitionSpec
 from ipujax.analysis import MemoryAnalysis, cost_analysis, memory_analysis, named_shardings
 from ipujax.boundary import api_boundary
 from ipujax.errors import ReplicationWarning
+from ipujax.host_bound import warn_host_bound
+from ipujax.loops import Loops, caveats, find_loops, recosted, warn_loops
 from ipujax.options import JitOptions
 from ipujax.report import CostReport, build_report
 from ipujax.runtime.runner import Runner, device_pool, make_runner, run_step_by_step
@@ -55,7 +59,9 @@ class Compiled:
         self.memory = built.memory
         self.mesh = built.mesh
         self.partitioned = built.partitioned
-        self._report = build_report(built)
+        self._loops = find_loops(built)
+        self._report = build_report(built, caveats(self._loops, {}))
+        self._counted: dict = {}  # the trips the report charges, by loop
         # The runner is made on the first call, so costing a program never makes it (0.4 s of
         # GPT-3's compile on a Pod256). A pipelined step is costed as its micro-batch's program
         # but runs the whole batch on one stage's mesh (pipelining never changes a value).
@@ -68,7 +74,7 @@ class Compiled:
     def _runner(self) -> Runner:
         if self._run is None:
             self._run, self._devices = make_runner(
-                self._runs(), self._donate, self._device_pool, self._verify
+                self._runs(), self._donate, self._device_pool, self._verify, self._loops.counted
             )
         return self._run
 
@@ -95,12 +101,19 @@ class Compiled:
         return self._devices
 
     def cost_report(self) -> CostReport:
+        """The step's cost; a loop whose trips only a run knows is charged one trip until the
+        program has run, then the trips it made in the last run (the caveats say which)."""
+        trips = {} if self._run is None else {k: int(v) for k, v in self._run.trips.items()}
+        if trips and trips != self._counted:
+            built = recosted(self.built, trips)
+            self._report = build_report(built, caveats(self._loops, trips))
+            self._counted = trips
         return self._report
 
     def cost_analysis(self) -> dict[str, float]:
         """jax's `Compiled.cost_analysis()` keys (flops, transcendentals, bytes accessed) for
         the program each IPU runs, and the step's predicted seconds."""
-        return cost_analysis(self.built, self._report.seconds)
+        return cost_analysis(self.built, self.cost_report().seconds)
 
     def memory_analysis(self) -> MemoryAnalysis:
         """Bytes on one IPU under jax's `CompiledMemoryStats` names, and the fullest tile."""
@@ -176,13 +189,14 @@ class Lowered:
         devices = self._options.devices
         if self._micro is None:
             built = build(self.graph, self._mesh, self._in_specs, self._out_specs, how)
-            _warn_forced_whole(built)
+            _warn(built)
+            warn_host_bound(built, how.resident_inputs)
             return Compiled(self.graph, built, self._donate, devices, verify=how.verify)
         micro, batch = self._micro
         assert how.pipeline is not None  # a micro-batch program is traced only for one
         costed = dataclasses.replace(how, batch_inputs=batch)
         built = build(micro, self._mesh, self._in_specs, self._out_specs, costed)
-        _warn_forced_whole(built)
+        _warn(built)
         return Compiled(self.graph, built, self._donate, devices, self._runs(how), how.verify)
 
     def _runs(self, how: Options) -> Callable[[], Built]:
@@ -199,17 +213,35 @@ class Lowered:
         )
 
 
-def _warn_forced_whole(built: Built) -> None:
-    """One warning per compile when ops gathered split tensors to run whole on every IPU."""
+def _warn(built: Built) -> None:
+    """The compile's warnings of ops that gathered split tensors and of loops whose cost rests
+    on an assumption (`ipujax.loops`), each kind once."""
+    loops = find_loops(built)
+    told = _warn_forced_whole(built, loops)
+    warn_loops(loops, told)
+
+
+def _warn_forced_whole(built: Built, loops: Loops) -> frozenset[str]:
+    """One warning per compile when ops gathered split tensors to run whole on every IPU,
+    naming the unroll limit where a loop it left whole is among them; those loops' sources."""
     forced = built.partitioned.forced_whole if built.partitioned is not None else ()
     if not forced:
-        return
+        return frozenset()
+    limited = {str(op.loc): why for op, why in loops.limited}
+    told = [f for f in forced if f.op == "while" and f.source in limited]
     more = f" (and {len(forced) - 1} more)" if len(forced) > 1 else ""
-    warnings.warn(
-        f"{shorten_paths(str(forced[0]))}{more}: it has no rule to run split, so every IPU "
-        "holds the whole tensor; "
-        "Compiled.explain() lists them all. Shard its operands another way, or accept the "
-        "gather.",
-        ReplicationWarning,
-        stacklevel=4,  # the caller of compile(), past the API boundary
+    why = "".join(
+        f" The loop at {f.source} has {limited[f.source]}: left a loop, it runs whole; "
+        "unrolled, its copies would run split."
+        for f in told[:1]
     )
+    warnings.warn(
+        shorten_paths(
+            f"{forced[0]}{more}: it has no rule to run split, so every IPU holds the whole "
+            f"tensor; Compiled.explain() lists them all.{why} Shard its operands another way, "
+            "or accept the gather."
+        ),
+        ReplicationWarning,
+        stacklevel=5,  # the caller of compile(), past `_warn` and the API boundary
+    )
+    return frozenset(f.source for f in told)

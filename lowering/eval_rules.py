@@ -431,9 +431,13 @@ def _convolution_eval_rule(
     return (out,)
 
 
-def _while_eval_rule(*state: Array, regions: Sequence[Region]) -> tuple[Array, ...]:
-    cond, body = regions
-    return tuple(lax.while_loop(lambda s: cond(*s)[0], lambda s: tuple(body(*s)), tuple(state)))
+def _while_eval_rule(
+    *state: Array, regions: Sequence[Region], count_trips: bool = False
+) -> tuple[Array, ...]:
+    # With `count_trips` (the runtime's), an int32 counter beside the state: its trips follow.
+    (cond, body), n, counter = regions, len(state), (np.int32(0),) if count_trips else ()
+    step = lambda s: (*body(*s[:n]), *(c + np.int32(1) for c in s[n:]))  # noqa: E731
+    return tuple(lax.while_loop(lambda s: cond(*tuple(s)[:n])[0], step, (*state, *counter)))
 
 
 def _case_eval_rule(index: Array, *, regions: Sequence[Region]) -> tuple[Array, ...]:

@@ -60,6 +60,20 @@ def _steps_by_one(body: Graph, index: int) -> bool:
     return len(others) == 1 and len(step.operands) == 2 and _constant(others[0], made) == 1
 
 
+def unroll_limit(op: Op, made: Mapping[Value, Op]) -> str | None:
+    """Why `unroll_loops` leaves a counted loop whole: its trips over `MAX_TRIPS`, or its copies
+    over `MAX_OPS` ops; None for a loop within both, or one that does not count."""
+    trips = counted_trips(op, made) if op.name == "while" else None
+    if trips is None:
+        return None
+    if trips > MAX_TRIPS:
+        return f"{trips:,} trips, over the unroll limit of {MAX_TRIPS:,} trips"
+    ops = trips * sum(1 for _ in walk(op.regions[1]))
+    if ops > MAX_OPS:
+        return f"{trips:,} trips of {ops // trips:,} ops, over the unroll limit of {MAX_OPS:,} ops"
+    return None
+
+
 def unroll_loops(graph: Graph) -> Graph:
     """The graph with its counted top-level loops unrolled (within `MAX_TRIPS` and `MAX_OPS`)."""
     made = producers(graph)
@@ -70,8 +84,7 @@ def unroll_loops(graph: Graph) -> Graph:
     for op in graph.ops:
         op = _renamed(op, renamed)
         trips = counted_trips(op, made) if op.name == "while" else None
-        size = sum(1 for _ in walk(op.regions[1])) if trips is not None else 0
-        if trips is None or trips > MAX_TRIPS or trips * size > MAX_OPS:
+        if trips is None or unroll_limit(op, made) is not None:
             ops.append(op)
             continue
         copies, results = _unrolled(op, trips, ids)

@@ -42,7 +42,9 @@ from partitioner.sharding.factor_rules import FACTOR_RULES, reduction_kind
 from partitioner.sharding.partition import ForcedWhole, Partitioned
 from partitioner.sharding.replicas import varying_over
 from partitioner.sharding.specs import Sharding, from_spec, user_shardings
+from partitioner.step.host import sent_arguments
 from partitioner.step.summary import StepCost
+from partitioner.step.trips import OpenLoop, counted_cost, limited_loops, open_loops
 from partitioner.target import Target
 from partitioner.tiles.rules import TILE_RULES
 from partitioner.verify import verify_dataflow
@@ -62,6 +64,7 @@ __all__ = [
     "ConfigError",
     "ForcedWhole",
     "Mesh",
+    "OpenLoop",
     "Options",
     "OutOfMemoryError",
     "Partitioned",
@@ -83,16 +86,20 @@ __all__ = [
     "axis_traffic",
     "bubble_fraction",
     "build",
+    "counted_cost",
     "default_mesh",
     "explain",
     "format_program",
     "from_spec",
     "fullest_tiles",
     "io_tile_bytes",
+    "limited_loops",
     "make_mesh",
+    "open_loops",
     "pipeline_slots",
     "reduction_kind",
     "ring_bytes",
+    "sent_arguments",
     "user_shardings",
     "varying_over",
     "verify_dataflow",

@@ -86,6 +86,7 @@ class Options:
     collective_buffer_bytes: int = BUFFER_BYTES  # the combiner's; 0 keeps collectives apart
     pipeline: Pipeline | None = None  # stages over a mesh axis (the program is a micro-batch's)
     batch_inputs: tuple[int, ...] = ()  # with a pipeline: the inputs that carry the batch
+    resident_inputs: tuple[int, ...] = ()  # inputs kept on the IPUs between steps, never sent
 
 
 @dataclass(frozen=True, eq=False)
@@ -236,14 +237,15 @@ def cost_step(
 
 
 def host_transfers(
-    graph: Graph, program: Program, mesh: Mesh, target: Target, phased: bool
+    graph: Graph, program: Program, mesh: Mesh, target: Target, phased: bool, resident: tuple
 ) -> tuple[Superstep, Superstep]:
-    """The step's host transfers; a phased program's IO tiles hide them behind its compute."""
+    """The step's host transfers, less the `resident` inputs (loaded once, as Poplar loads a
+    model's weights); a phased program's IO tiles hide them behind its compute."""
     rate = host_rate(target, mesh.system, mesh.ipus)
     hidden = 0
     if phased and target.phase_io_tiles:
         hidden = sum(s.compute_cycles for s in program.supersteps)
-    return host_supersteps(host_io(graph), target, rate, hidden)
+    return host_supersteps(host_io(graph, resident), target, rate, hidden)
 
 
 def build(
@@ -280,7 +282,8 @@ def build(
             needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept)
             check_capacity(needed, mesh.target)
         streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links)
-    host = host_transfers(local, program, mesh, target, plan is not None)
+    resident = options.resident_inputs
+    host = host_transfers(local, program, mesh, target, plan is not None, resident)
     cost = cost_step(program, plan, memory, streams, target, host)
     return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept)
 

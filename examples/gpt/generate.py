@@ -52,7 +52,8 @@ def make_forward(use_jax: bool, target: str, tiles: int | None = None) -> Any:
         return jax.jit(logits)
     chip = TARGETS[target]()
     mesh = ipujax.make_mesh((1,), ("ipu",), target=chip.with_tiles(tiles) if tiles else chip)
-    return ipujax.jit(logits, mesh=mesh)
+    # The weights stay on the IPU between bytes, as a deployed model's do: only the window is sent.
+    return ipujax.jit(logits, mesh=mesh, resident_argnums=0)
 
 
 def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:

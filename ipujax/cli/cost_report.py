@@ -7,7 +7,14 @@ import argparse
 from typing import Any
 
 from ipujax.api import jit
-from ipujax.cli.flags import add_target, mesh_from_flags, parse_mesh, parse_phases, parse_target
+from ipujax.cli.flags import (
+    add_target,
+    mesh_from_flags,
+    parse_mesh,
+    parse_phases,
+    parse_resident,
+    parse_target,
+)
 from ipujax.cli.output import add_outputs, show_report
 from ipujax.cli.spec import Workload, accepts_mesh, call_workload, load_spec
 from ipujax.report import CostReport
@@ -33,6 +40,12 @@ def add_cost_report(commands: Any) -> None:
     cost.add_argument(
         "--phases", metavar="auto|none|NAME,NAME,...", help="phased execution (default: none)"
     )
+    cost.add_argument(
+        "--resident",
+        metavar="ARGNUMS_OR_NAMES",
+        help="arguments that stay on the IPUs between calls (weights), by position or name, "
+        "e.g. 0 or params: not charged per call over the host link",
+    )
     add_outputs(cost, json_flag=True)
     cost.set_defaults(run=run_cost_report)
 
@@ -45,6 +58,7 @@ def run_cost_report(args: argparse.Namespace) -> int:
 def workload_for(args: argparse.Namespace) -> Workload:
     # Bad flags fail before any workload code runs.
     phases = parse_phases(args.phases) if args.phases is not None else None
+    resident = parse_resident(args.resident) if args.resident is not None else {}
     if args.target is not None:
         parse_target(args.target)
     if args.mesh is not None:
@@ -62,6 +76,7 @@ def workload_for(args: argparse.Namespace) -> Workload:
             workload.jit_kwargs["mesh"] = mesh_from_flags(args, base)
     if args.phases is not None:
         workload.jit_kwargs["phases"] = phases
+    workload.jit_kwargs.update(resident)
     return workload
 
 

@@ -1,5 +1,6 @@
-"""The flags that name the hardware: `--target` (the IPU), `--mesh` (the axes) and `--phases`,
-parsed into what `ipujax.jit` takes; a bad value is a `CliError`."""
+"""The flags that name the hardware and how the program runs: `--target` (the IPU), `--mesh` (the
+axes), `--phases` and `--resident`, parsed into what `ipujax.jit` takes; a bad value is a
+`CliError`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from partitioner import Mesh, Target, make_mesh
 
 TARGETS: dict[str, Callable[[], Target]] = {"bow": Target.bow, "mk2": Target.mk2, "mk1": Target.mk1}
 _MESH_ITEM = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(\d+)\s*$")
+_ARGNUM = re.compile(r"^-?\d+$")
+_ARGNAME = re.compile(r"^[A-Za-z_]\w*$")
 
 
 def add_target(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +60,20 @@ def parse_phases(text: str) -> Any:
             "(phases are blocks of the program, not a count)"
         )
     return names
+
+
+def parse_resident(text: str) -> dict[str, tuple]:
+    """'0' -> resident_argnums (0,), 'params' -> resident_argnames ('params',); a list may mix
+    positions and names ('0,cache'). Both keys are set: the flag replaces the workload's."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(_ARGNUM.match(item) or _ARGNAME.match(item) for item in items):
+        raise CliError(
+            f"--resident {text!r}: expected argument positions or parameter names, "
+            "comma-separated, e.g. --resident 0 or --resident params,cache"
+        )
+    nums = tuple(int(item) for item in items if _ARGNUM.match(item))
+    names = tuple(item for item in items if _ARGNAME.match(item))
+    return {"resident_argnums": nums, "resident_argnames": names}
 
 
 def mesh_from_flags(args: argparse.Namespace, base: Mesh | None) -> Mesh:

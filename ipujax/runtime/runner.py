@@ -6,6 +6,9 @@ kernel computes what its supersteps compute on the tiles, on tensors kept in log
 reports every task's results, for traces and debugging. 64-bit types are on inside, because
 jax's own lowerings use u64 (see lowering).
 
+Loops whose trips only a run knows count their trips as they run (`trips`): the program hands
+the counts out after its outputs, and the `Runner` keeps the last run's for the cost report.
+
 A mesh of many IPUs is the per-IPU program vmapped once per mesh axis. With several real jax
 devices, the axes `devices.plan_devices` picks are split over them: the same jitted function,
 with sharding constraints that XLA's SPMD partitioner follows (docs/distributed.md). The devices
@@ -18,16 +21,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import NamedSharding, PartitionSpec
 
 from ipujax.runtime.devices import DevicePlan, default_device, plan_devices
 from ipujax.runtime.passes import Placement, prepare
+from ipujax.runtime.trips import with_counters
 from lowering import Value, local_mesh_axes
 from partitioner import Built, ConfigError, Partitioned, Program, Sharding, Task, varying_over
 
@@ -45,18 +49,27 @@ def _run_tasks(program: Program, flat: Sequence[Array]) -> tuple[Array, ...]:
 @dataclasses.dataclass(frozen=True)
 class Runner:
     """A jitted function of the flat inputs, called with 64-bit types on; with a `device`, its
-    uncommitted arguments go there rather than to jax's default device."""
+    uncommitted arguments go there rather than to jax's default device. The jitted function
+    returns, after the program's outputs, the trips of each of `loops`; a call keeps them in
+    `trips` (the last run's, as arrays, not waited for) and returns the outputs."""
 
     jitted: Any  # the jax.jit-wrapped function
     device: jax.Device | None = None
     # Spread over devices: the jit's in_shardings, which arguments are moved to first.
     shardings: tuple[NamedSharding, ...] | None = None
+    loops: tuple[Value, ...] = ()  # the loops counted, by their first result
+    trips: dict[Value, Array] = dataclasses.field(default_factory=dict, compare=False)
 
     def __call__(self, *flat: Array) -> tuple[Array, ...]:
         with jax.enable_x64(True), self._placement():
             if self.shardings is not None:
                 flat = _placed(flat, self.shardings)
-            return self.jitted(*flat)
+            out = self.jitted(*flat)
+        if not self.loops:
+            return out
+        kept = len(out) - len(self.loops)
+        self.trips.update(zip(self.loops, out[kept:], strict=True))
+        return out[:kept]
 
     def lower(self, *flat: Array) -> jax.stages.Lowered:
         """jax's lowering of the runner for `flat`: `.compile().as_text()` is the XLA program
@@ -116,10 +129,17 @@ def _via_host(x: Array) -> Array:
     return x
 
 
-def compile_program(program: Program, donate: Sequence[int] = (), verify: bool = False) -> Runner:
-    """The program, through the runtime's passes, as one jitted function of its flat inputs."""
-    program = prepare(program, Placement({}), verify)
-    return Runner(jax.jit(lambda *flat: _run_tasks(program, flat), donate_argnums=tuple(donate)))
+def compile_program(
+    program: Program,
+    donate: Sequence[int] = (),
+    verify: bool = False,
+    loops: Collection[Value] = (),
+) -> Runner:
+    """The program, through the runtime's passes, as one jitted function of its flat inputs;
+    `loops` count their trips."""
+    program, counted = with_counters(prepare(program, Placement({}), verify), loops)
+    jitted = jax.jit(lambda *flat: _run_tasks(program, flat), donate_argnums=tuple(donate))
+    return Runner(jitted, loops=counted)
 
 
 def run_step_by_step(program: Program, flat: Sequence[Array]) -> Iterator[tuple[Task, tuple]]:
@@ -222,9 +242,11 @@ def compile_partitioned(
     donate: Sequence[int] = (),
     devices: DevicePlan | None = None,
     verify: bool = False,
+    loops: Collection[Value] = (),
 ) -> Runner:
     """The per-IPU program run on every IPU of the mesh at once, as one jitted function: global
-    inputs split into `[mesh axes..., *block]`, the vmapped per-IPU program, outputs joined.
+    inputs split into `[mesh axes..., *block]`, the vmapped per-IPU program, outputs joined;
+    after them, the most trips any IPU's copy of each of `loops` made.
 
     With a `DevicePlan`, the split inputs and the per-IPU outputs are constrained to lie split
     along the spread mesh axes over their devices, and XLA's SPMD partitioner gives each device
@@ -241,7 +263,9 @@ def compile_partitioned(
         tuple(a for a in axis_names if a in varying[v] or a in s.axes)
         for v, s in zip(program.outputs, out_shardings, strict=True)
     ]
-    run = _vmapped(program, in_shardings, out_axes, axis_names, sizes, devices)
+    program, counted = with_counters(program, loops)
+    every_ipu = [tuple(axis_names)] * len(counted)  # each IPU's own count
+    run = _vmapped(program, in_shardings, out_axes + every_ipu, axis_names, sizes, devices)
 
     def everything(*flat: Array) -> tuple[Array, ...]:
         shards = [
@@ -254,16 +278,18 @@ def compile_partitioned(
             ]
         with local_mesh_axes(on_one_device):
             outputs = run(*shards)
+        outputs, counts = outputs[: len(out_axes)], outputs[len(out_axes) :]
         if devices is not None:
             outputs = tuple(devices.constrain(y, a) for y, a in zip(outputs, out_axes, strict=True))
-        return tuple(
+        joined = tuple(
             _join_output(y, s, v.shape, a)
             for y, s, v, a in zip(outputs, out_shardings, global_outputs, out_axes, strict=True)
         )
+        return (*joined, *(jnp.max(c) for c in counts))
 
     if devices is None:
-        return Runner(jax.jit(everything, donate_argnums=tuple(donate)))
-    return _spread(everything, partitioned, sizes, devices, donate)
+        return Runner(jax.jit(everything, donate_argnums=tuple(donate)), loops=counted)
+    return _spread(everything, partitioned, sizes, devices, donate, counted)
 
 
 def _spread(
@@ -272,6 +298,7 @@ def _spread(
     sizes: dict,
     devices: DevicePlan,
     donate: Sequence[int],
+    loops: tuple[Value, ...],
 ) -> Runner:
     """`everything` jitted with fixed shardings of its global inputs and outputs, so that outputs
     fed back in as the next step's inputs (weights, optimizer state) are already where the
@@ -286,8 +313,11 @@ def _spread(
         devices.global_sharding(s, v.shape, sizes)
         for s, v in zip(partitioned.output_shardings, graph.outputs, strict=True)
     )
-    jitted = jax.jit(everything, donate_argnums=tuple(donate), in_shardings=ins, out_shardings=outs)
-    return Runner(jitted, shardings=ins)
+    counts = (NamedSharding(devices.mesh, PartitionSpec()),) * len(loops)  # on every device
+    jitted = jax.jit(
+        everything, donate_argnums=tuple(donate), in_shardings=ins, out_shardings=outs + counts
+    )
+    return Runner(jitted, shardings=ins, loops=loops)
 
 
 def device_pool(devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...] | None:
@@ -304,19 +334,21 @@ def make_runner(
     donate: Sequence[int],
     devices: Sequence[jax.Device] | None,
     verify: bool = False,
+    loops: Collection[Value] = (),
 ) -> tuple[Runner, tuple[jax.Device, ...]]:
     """The jitted runner of what `partitioner.build` made, and the real devices it uses: the
     mesh spread over `devices` (by default every device jax sees) where its axes divide, else
-    one device. With `verify`, the runtime's passes are verified too."""
+    one device. With `verify`, the runtime's passes are verified too; `loops` (by their first
+    results) count their trips."""
     pool = device_pool(devices) or tuple(jax.devices())
     mesh, program, partitioned = built.mesh, built.program, built.partitioned
     spread = None
     if partitioned is None:
-        run = compile_program(program, donate, verify)
+        run = compile_program(program, donate, verify, loops)
     else:
         spread = plan_devices(partitioned, mesh.axis_names, mesh.shape, pool)
         run = compile_partitioned(
-            program, partitioned, mesh.axis_names, mesh.shape, donate, spread, verify
+            program, partitioned, mesh.axis_names, mesh.shape, donate, spread, verify, loops
         )
     if spread is not None:
         return run, spread.devices

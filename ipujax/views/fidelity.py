@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ipujax.fidelity import HIGH, LOW, Row, number, ratio_text
+from ipujax.fidelity import HIGH, LOW, Row, error_summary, number, ratio_text
 
 
 def render_fidelity(console: Any, rows: Sequence[Row]) -> None:
@@ -38,3 +38,4 @@ def render_fidelity(console: Any, rows: Sequence[Row]) -> None:
         console.print("Derivations:")
     for row in derived:
         console.print(f"  {row.figure.name}: {row.derivation}")
+    console.print(error_summary(rows))

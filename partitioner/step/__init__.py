@@ -2,7 +2,9 @@
 
     host           the step's inputs from and results to the host, as supersteps
     summary        `StepCost`: the supersteps in order, collectives, phases and totals
+    trips          loops whose cost rests on an assumption (trips only a run knows, or past
+                   the unroll limit), and the step re-summed with the trips a run counted
 
 May import: `lowering`, the base records, `partitioner.cost`, `partitioner.memory`,
-`partitioner.phases` (`PhaseCost`) and itself.
+`partitioner.phases` (`PhaseCost`), `partitioner.tiles` (a loop's trips) and itself.
 """

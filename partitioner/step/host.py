@@ -6,9 +6,11 @@ that a step returns updated, along with other results (a returned pytree of the 
 structure and types: weights, optimizer state), is not sent each step. Every other argument
 (the batch, labels, a learning rate) comes from the host, each IPU receiving its own share, and
 every other result (the loss, metrics) goes back. An inference function `f(params, x)` does not
-return its weights, so they count as sent each step. A transfer costs a latency and its bytes at
-the host rate, which the machine's host link caps when its IPUs all transfer; with IO tiles it
-hides behind the step's compute.
+return its weights, so they count as sent each step unless they are marked resident
+(`ipujax.jit(resident_argnums=...)`, `Options.resident_inputs`): loaded onto the IPUs once, as
+Poplar loads a model's weights, and never sent per step. A transfer costs a latency and its
+bytes at the host rate, which the machine's host link caps when its IPUs all transfer; with IO
+tiles it hides behind the step's compute.
 """
 
 from __future__ import annotations
@@ -60,15 +62,12 @@ def _key(unit: tuple[Any, list[Value]]) -> tuple:
     return (str(tree), tuple((v.shape, v.dtype) for v in leaves))
 
 
-def _per_step(graph: Graph) -> tuple[list[Value], list[Value]]:
-    """The arguments and results a step exchanges with the host: of a step that returns several
-    things, each returned pytree that has the structure and types of an argument (in order,
-    each argument once) is that argument's update, a state the device keeps; every other
-    argument and result goes through the host."""
-    arguments = _units(graph.in_tree, graph.inputs, top=True)
-    results = _units(graph.out_tree, graph.outputs, top=False)
-    if not _returns_several(graph.out_tree):
-        return list(graph.inputs), list(graph.outputs)
+def _kept_arguments(
+    arguments: list[tuple[Any, list[Value]]], results: list[tuple[Any, list[Value]]]
+) -> tuple[set[int], list[Value]]:
+    """Of a step that returns several things, each returned pytree that has the structure and
+    types of an argument (in order, each argument once) is that argument's update, a state the
+    device keeps: the kept arguments, and the results that go to the host."""
     kept: set[int] = set()
     sent: list[Value] = []
     for result in results:
@@ -80,14 +79,39 @@ def _per_step(graph: Graph) -> tuple[list[Value], list[Value]]:
             sent += result[1]
         else:
             kept.add(match)
-    received = [v for i, (_, leaves) in enumerate(arguments) if i not in kept for v in leaves]
-    return received, sent
+    return kept, sent
 
 
-def host_io(graph: Graph) -> HostIO:
-    """What one IPU of `graph` (a per-IPU program) exchanges with the host per step."""
-    arguments, results = _per_step(graph)
-    return HostIO(sum(v.nbytes for v in arguments), sum(v.nbytes for v in results))
+def sent_arguments(graph: Graph, resident: Sequence[int] = ()) -> list[list[int]]:
+    """The arguments a step receives from the host, each as the flat input indices of its
+    leaves: every argument the step does not return updated, less the `resident` inputs."""
+    arguments, on_chip = _units(graph.in_tree, graph.inputs, top=True), frozenset(resident)
+    kept: set[int] = set()
+    if _returns_several(graph.out_tree):
+        kept = _kept_arguments(arguments, _units(graph.out_tree, graph.outputs, top=False))[0]
+    index = {v: i for i, v in enumerate(graph.inputs)}
+    out = []
+    for a, (_, leaves) in enumerate(arguments):
+        flat = [index[v] for v in leaves if index[v] not in on_chip]
+        if a not in kept and flat:
+            out.append(flat)
+    return out
+
+
+def _sent_results(graph: Graph) -> list[Value]:
+    """The results a step sends to the host: every one that is not an argument's update."""
+    if not _returns_several(graph.out_tree):
+        return list(graph.outputs)
+    arguments = _units(graph.in_tree, graph.inputs, top=True)
+    return _kept_arguments(arguments, _units(graph.out_tree, graph.outputs, top=False))[1]
+
+
+def host_io(graph: Graph, resident: Sequence[int] = ()) -> HostIO:
+    """What one IPU of `graph` (a per-IPU program) exchanges with the host per step; the
+    `resident` inputs (flat indices) live on the IPUs between steps and are not sent."""
+    sent = sent_arguments(graph, resident)
+    received = sum(graph.inputs[i].nbytes for flat in sent for i in flat)
+    return HostIO(received, sum(v.nbytes for v in _sent_results(graph)))
 
 
 def host_rate(target: Target, system: System | None, ipus: int) -> float:

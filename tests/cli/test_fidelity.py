@@ -70,3 +70,31 @@ def test_a_figure_outside_the_band_fails_the_command(
     assert row.ratio == 0.5 and not row.within
     assert fidelity.Row(wrong, 75.0).within and fidelity.Row(wrong, 133.0).within
     assert not fidelity.Row(wrong, 133.5).within
+
+
+def _row(published: float, ipujax: float, kind: str = fidelity.OPS) -> fidelity.Row:
+    figure = fidelity.Figure("f", published, "x", "s", lambda: ipujax, "w", kind=kind)
+    return fidelity.Row(figure, ipujax)
+
+
+def test_the_error_summary_by_hand() -> None:
+    # |error|s 10% and 30% (single ops), 50% (a whole system): mean 30%, max 50% over all.
+    rows = [_row(100, 110), _row(10, 7), _row(2, 3, fidelity.SYSTEMS)]
+    assert [round(r.error, 9) for r in rows] == [0.1, 0.3, 0.5]
+    assert fidelity.error_summary(rows) == (
+        "|error| mean 30.0%, max 50.0% over 3 rows; single ops, layers and rates: mean 20.0%, "
+        "max 30.0% over 2 rows; whole systems: mean 50.0%, max 50.0% over 1 rows"
+    )
+
+
+def test_the_command_ends_with_the_error_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fidelity", "--only", "[16, 16] x [16"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    # 409 against 402 cycles: 1.7%.
+    expected = "mean 1.7%, max 1.7% over 1 rows"
+    assert last == f"|error| {expected}; single ops, layers and rates: {expected}"
+
+
+def test_the_docs_give_the_error_summary(rows: list[fidelity.Row]) -> None:
+    text = " ".join(DOCS.read_text(encoding="utf-8").split())
+    assert f"Over the table, {fidelity.error_summary(rows)}." in text

@@ -35,6 +35,7 @@ def _staged(compiled: Any) -> list[int]:
     return [len(t.supersteps) for t in compiled.program.tasks if t.op.name == "reduce"]
 
 
+@pytest.mark.filterwarnings("ignore::ipujax.HostBoundWarning")  # about the kernels
 @pytest.mark.parametrize("name", list(REDUCTIONS))
 def test_split_reductions_equal_jax_jit(name: str) -> None:
     fun = REDUCTIONS[name]
@@ -104,6 +105,7 @@ def reductions(draw: st.DrawFn) -> tuple[np.ndarray, tuple[int, ...], str, int]:
     return x, axes, kind, tiles
 
 
+@pytest.mark.filterwarnings("ignore::ipujax.HostBoundWarning")  # about the kernels
 @given(reductions())
 def test_reductions_split_any_way_equal_jax_jit(case: tuple) -> None:
     """Whatever the kept and reduced dims and however the tiles split them (uneven runs

@@ -61,6 +61,7 @@ def test_calling_an_oversized_program_is_out_of_memory() -> None:
     assert len(jitted._cache) == 0  # nothing that does not fit is cached
 
 
+@pytest.mark.filterwarnings("ignore::ipujax.HostBoundWarning")  # about memory, not the host
 def test_unchecked_compile_reports_the_overflow() -> None:
     report = compile_for(_double, HUGE, check_memory_fits=False).cost_report()
     assert report.fits is False
@@ -135,6 +136,7 @@ def test_intermediates_are_not_always_live() -> None:
     np.testing.assert_array_equal(memory.code, np.full(16, ONE_STEP_CODE))
 
 
+@pytest.mark.filterwarnings("ignore::ipujax.HostBoundWarning")  # about memory, not the host
 def test_serial_matmul_plan_that_fits_its_budget_compiles() -> None:
     # [384, 1024] x [1024, 384] f32 on 16 tiles. The planner picks a 2 x 8 output grid with K in
     # 4 serial chunks (192 rows a tile keep the AMP's passes long; 48 columns are 3 groups of

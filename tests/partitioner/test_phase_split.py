@@ -9,6 +9,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import ipujax
 from lowering import Op, Value
@@ -93,6 +94,7 @@ def test_a_reused_scope_gets_a_phase_per_run() -> None:
     np.testing.assert_allclose(compiled(x, w), jax.jit(_reused)(x, w), rtol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore::ipujax.HostBoundWarning")  # about the cuts
 def test_without_scopes_auto_cuts_by_bytes() -> None:
     """No named scope at all: the cut finds the narrow points of a chain of wide layers."""
 

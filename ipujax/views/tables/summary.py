@@ -1,5 +1,5 @@
 """The summary table: the target, the step's cycles and time, FLOPs and their utilisation, the
-peak tile memory and whether every tile fits."""
+peak tile memory, whether every tile fits, and the caveats the figures rest on."""
 
 from __future__ import annotations
 
@@ -50,4 +50,6 @@ def summary_table(report: CostReport) -> Table:
         f"({m.fmt_pct(m.memory_fraction(report), 1)})",
     )
     table.add_row("fits", fits_text(report))
+    if report.caveats:  # what the figures assume: a loop's trips, the unroll limit
+        table.add_row("caveats", Text("\n".join(report.caveats), style="yellow"))
     return table

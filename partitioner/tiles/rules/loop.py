@@ -3,10 +3,12 @@ by op with their own tile rules, as Poplar runs a `Repeat` or `Switch` of ordina
 
 A counted loop (`lax.scan`, `fori_loop` with static bounds; `lowering.counted_trips`) costs its
 trips times its body's supersteps, and its condition nothing: Poplar's `Repeat(n)` counts on the
-tiles' control code. A loop whose trips are not known statically is charged one trip (stated in
-docs/target.md). A body's code is stored once: its supersteps repeat identically, and identical
-steps share their code (`code_memory`). The carried values keep the layouts the loop's operands
-have; a body that leaves one elsewhere pays, every trip, the exchange that brings it back.
+tiles' control code. A loop whose trips are not known statically is charged one trip and the
+test that ends it, each trip testing its condition (stated in docs/target.md), until a run has
+counted them (`trip_steps`: that many trips and the last test). A body's code is stored once:
+its supersteps repeat identically, and identical steps share their code (`code_memory`). The
+carried values keep the layouts the loop's operands have; a body that leaves one elsewhere pays,
+every trip, the exchange that brings it back.
 
 A `case` runs one branch; which one is known only at run time, so it costs its dearest branch
 (by cycles) and holds, per tile, the most any branch holds.
@@ -44,13 +46,22 @@ def while_tile_rule(
         if body.layouts[value] != layout
     )
     trips = counted_trips(op, ctx.producers)
-    if trips is None:  # one trip, its condition tested on the tiles
-        steps = cond.supersteps + body.supersteps + back
+    if trips is None:  # one trip until a run counts them, its condition tested on the tiles
+        steps = (cond.supersteps + body.supersteps + back) + cond.supersteps
     else:
         steps = (body.supersteps + back) * trips
     held = _most([cond, body], ctx)
     kernel = whole_kernel(op, inputs)
     return Task(op, inputs, layouts, carried, kernel, steps, held, regions=(cond, body))
+
+
+def trip_steps(task: Task, trips: int) -> tuple[Superstep, ...]:
+    """A loop of unknown trips (one trip and the test that ends it, as `while_tile_rule` charges
+    it) run `trips` times: each trip tests its condition, runs its body and brings its carried
+    values back, and one last test ends the loop."""
+    exit_test = len(task.regions[0].supersteps)
+    one_trip = task.supersteps[: len(task.supersteps) - exit_test]
+    return one_trip * trips + task.supersteps[len(one_trip) :]
 
 
 def case_tile_rule(
