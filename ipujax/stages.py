@@ -27,12 +27,14 @@ from ipujax.loops import Loops, caveats, find_loops, recosted, warn_loops
 from ipujax.options import JitOptions
 from ipujax.report import CostReport, build_report
 from ipujax.runtime.runner import Runner, device_pool, make_runner, run_step_by_step
+from ipujax.what_if import Rebuild, sensitivity, what_if
 from lowering import Graph, flatten_args, restore_keys, shorten_paths
 from partitioner import (
     Built,
     ConfigError,
     Mesh,
     Options,
+    Target,
     Task,
     build,
     explain,
@@ -52,6 +54,7 @@ class Compiled:
         devices: Sequence[jax.Device] | None = None,
         runs: Callable[[], Built] | None = None,
         verify: bool = False,
+        rebuild: Rebuild | None = None,
     ) -> None:
         self.graph = graph
         self.built = built
@@ -70,6 +73,8 @@ class Compiled:
         self._run: Runner | None = None
         self._devices: tuple[jax.Device, ...] = ()
         self._verify = verify  # the runtime's passes verified too
+        # The same program built on another Target (`what_if`); by default, on none.
+        self._rebuild = rebuild
 
     def _runner(self) -> Runner:
         if self._run is None:
@@ -109,6 +114,22 @@ class Compiled:
             self._report = build_report(built, caveats(self._loops, trips))
             self._counted = trips
         return self._report
+
+    def what_if(self, **changes: Any) -> CostReport:
+        """The report of this program on the machine with `changes` to its `Target`: a field's
+        new value, or a factor such as `ipu_link_bytes_per_second="2x"`; built again, so plans
+        that depend on the machine follow it (see `ipujax.what_if`)."""
+        return what_if(self._rebuilt(), self.mesh.target, changes)
+
+    def sensitivity(self) -> dict[str, float]:
+        """The step's elasticity to each main parameter of the machine (clock, exchange, links,
+        streaming, host, memory), each doubled in turn: -1 where that rate alone bounds it."""
+        return sensitivity(self._rebuilt(), self.mesh.target, self.cost_report())
+
+    def _rebuilt(self) -> Rebuild:
+        if self._rebuild is None:
+            raise ConfigError("this Compiled was made without its program; compile it again")
+        return self._rebuild
 
     def cost_analysis(self) -> dict[str, float]:
         """jax's `Compiled.cost_analysis()` keys (flops, transcendentals, bytes accessed) for
@@ -191,13 +212,30 @@ class Lowered:
             built = build(self.graph, self._mesh, self._in_specs, self._out_specs, how)
             _warn(built)
             warn_host_bound(built, how.resident_inputs)
-            return Compiled(self.graph, built, self._donate, devices, verify=how.verify)
+            again = self._rebuild(self.graph, how)
+            return Compiled(self.graph, built, self._donate, devices, None, how.verify, again)
         micro, batch = self._micro
         assert how.pipeline is not None  # a micro-batch program is traced only for one
         costed = dataclasses.replace(how, batch_inputs=batch)
         built = build(micro, self._mesh, self._in_specs, self._out_specs, costed)
         _warn(built)
-        return Compiled(self.graph, built, self._donate, devices, self._runs(how), how.verify)
+        again = self._rebuild(micro, costed)
+        return Compiled(
+            self.graph, built, self._donate, devices, self._runs(how), how.verify, again
+        )
+
+    def _rebuild(self, graph: Graph, how: Options) -> Rebuild:
+        """`graph` built as `how` says on this mesh with another Target, its memory not checked
+        (a what-if asks what the step would cost, fitting or not)."""
+
+        def on(target: Target) -> Built:
+            mesh = dataclasses.replace(self._mesh, target=target)
+            options = dataclasses.replace(how, check_memory=False, verify=False)
+            with warnings.catch_warnings():  # the compile warned already, once
+                warnings.simplefilter("ignore")
+                return build(graph, mesh, self._in_specs, self._out_specs, options)
+
+        return on
 
     def _runs(self, how: Options) -> Callable[[], Built]:
         """The build a pipelined step runs: the whole batch on one stage's mesh, unpipelined

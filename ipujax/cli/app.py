@@ -13,6 +13,7 @@ from ipujax.cli.fidelity import add_fidelity
 from ipujax.cli.plan import add_plan
 from ipujax.cli.reports import add_report
 from ipujax.cli.version import add_version
+from ipujax.cli.what_if import add_what_if
 from ipujax.errors import IpujaxError
 
 
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report(commands)
     add_fidelity(commands)
     add_plan(commands)
+    add_what_if(commands)
     return parser
 
 

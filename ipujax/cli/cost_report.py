@@ -27,27 +27,33 @@ def add_cost_report(commands: Any) -> None:
         help="compile a workload and print its cost report",
         description="Compile SPEC's workload for a virtual IPU and print its cost report.",
     )
-    cost.add_argument(
+    add_workload_flags(cost)
+    add_outputs(cost, json_flag=True)
+    cost.set_defaults(run=run_cost_report)
+
+
+def add_workload_flags(parser: Any) -> None:
+    """SPEC and the flags that say how to compile its workload: the IPU, the mesh, phases and
+    the arguments that stay on the IPUs."""
+    parser.add_argument(
         "spec",
         metavar="SPEC",
         help="path/to/file.py:NAME or package.module:NAME; NAME() returns (fun, args) or "
         "(fun, args, jit_kwargs), and gets mesh= when it takes a mesh keyword",
     )
-    add_target(cost)
-    cost.add_argument(
+    add_target(parser)
+    parser.add_argument(
         "--mesh", metavar="AXIS=N,...", help="mesh axes, e.g. dp=2,tp=8 (default: ipu=1)"
     )
-    cost.add_argument(
+    parser.add_argument(
         "--phases", metavar="auto|none|NAME,NAME,...", help="phased execution (default: none)"
     )
-    cost.add_argument(
+    parser.add_argument(
         "--resident",
         metavar="ARGNUMS_OR_NAMES",
         help="arguments that stay on the IPUs between calls (weights), by position or name, "
         "e.g. 0 or params: not charged per call over the host link",
     )
-    add_outputs(cost, json_flag=True)
-    cost.set_defaults(run=run_cost_report)
 
 
 def run_cost_report(args: argparse.Namespace) -> int:
