@@ -55,6 +55,7 @@ class Figure:
     # software overlapped and combined its work), so its issue set a wider band.
     band: tuple[float, float] = (LOW, HIGH)
     kind: str = OPS  # one of KINDS
+    ipus: int = 1  # the system the figure was measured on
 
 
 # A whole system's throughput depends on more than the cost model (how Graphcore's software
@@ -344,6 +345,7 @@ FIGURES: tuple[Figure, ...] = (
         "(docs.graphcore.ai/projects/bow-pod64-datasheet, overview) says 'up to 40%'",
         _bow_over_mk2,
         "a 2-layer transformer's training step, data parallel on 4 IPUs",
+        ipus=4,
     ),
     Figure(
         "ResNet-50 training throughput, fp16, MK2 Pod16 (16 replicas)",
@@ -356,6 +358,7 @@ FIGURES: tuple[Figure, ...] = (
         _resnet50_pod16,
         "57 micro-batch steps and one gradient AllReduce, data parallel on 16 IPUs",
         **WHOLE_SYSTEM,
+        ipus=16,
     ),
     Figure(
         "BERT-Large pretraining phase 1 (seq 128), Bow Pod16, 4 replicas x 4 pipeline stages",
@@ -369,6 +372,7 @@ FIGURES: tuple[Figure, ...] = (
         _bert_large(4, 2048),
         "a micro-batch's program in 4 stages, pipelined over 2,048 micro-batches",
         **WHOLE_SYSTEM,
+        ipus=16,
     ),
     Figure(
         "BERT-Large pretraining phase 1 (seq 128), Bow Pod64, 16 replicas x 4 pipeline stages",
@@ -379,6 +383,7 @@ FIGURES: tuple[Figure, ...] = (
         _bert_large(16, 512),
         "a micro-batch's program in 4 stages, pipelined over 512 micro-batches",
         **WHOLE_SYSTEM,
+        ipus=64,
     ),
 )
 

@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec
 
 from ipujax.analysis import MemoryAnalysis, cost_analysis, memory_analysis, named_shardings
 from ipujax.boundary import api_boundary
+from ipujax.caveats import standing_caveats
 from ipujax.errors import ReplicationWarning
 from ipujax.host_bound import warn_host_bound
 from ipujax.loops import Loops, caveats, find_loops, recosted, warn_loops
@@ -63,7 +64,8 @@ class Compiled:
         self.mesh = built.mesh
         self.partitioned = built.partitioned
         self._loops = find_loops(built)
-        self._report = build_report(built, caveats(self._loops, {}))
+        self._standing = standing_caveats(built, self._loops)
+        self._report = build_report(built, caveats(self._loops, {}) + self._standing)
         self._counted: dict = {}  # the trips the report charges, by loop
         # The runner is made on the first call, so costing a program never makes it (0.4 s of
         # GPT-3's compile on a Pod256). A pipelined step is costed as its micro-batch's program
@@ -111,7 +113,7 @@ class Compiled:
         trips = {} if self._run is None else {k: int(v) for k, v in self._run.trips.items()}
         if trips and trips != self._counted:
             built = recosted(self.built, trips)
-            self._report = build_report(built, caveats(self._loops, trips))
+            self._report = build_report(built, caveats(self._loops, trips) + self._standing)
             self._counted = trips
         return self._report
 

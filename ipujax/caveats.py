@@ -1,0 +1,47 @@
+"""What a cost report's figures stand on that no published figure checks, said in its caveats
+(`CostReport.caveats`): ops that gathered a split tensor to run whole on every IPU, and a
+system larger than any the fidelity table (docs/fidelity.md) covers. Loops whose cost rests on
+an assumption say so too (`ipujax.loops`).
+"""
+
+from __future__ import annotations
+
+from ipujax.loops import Loops, where
+from lowering import shorten_paths
+from partitioner import Built
+
+# The most IPUs a row of docs/fidelity.md runs on (BERT-Large on a Bow Pod64); a test holds it
+# to `ipujax.fidelity.FIGURES`.
+VALIDATED_IPUS = 64
+SHOWN_WHOLE = 5  # ops gathered whole named one by one; the rest counted
+
+
+def standing_caveats(built: Built, loops: Loops) -> tuple[str, ...]:
+    """The caveats of `built` that no run changes; `loops` say their own."""
+    return (*_gathered_whole(built, loops), *_beyond_validation(built))
+
+
+def _gathered_whole(built: Built, loops: Loops) -> list[str]:
+    forced = built.partitioned.forced_whole if built.partitioned is not None else ()
+    # A loop left whole at the unroll limit has a caveat of its own.
+    looped = {where(op) for op, _ in loops.limited}
+    named = [f for f in forced if f"while loop at {shorten_paths(f.source)}" not in looped]
+    lines = [
+        f"{f.op} at {shorten_paths(f.source)} runs whole on every IPU ({f.rule} rule): it "
+        f"gathered {shorten_paths(f.tensor)}, and each IPU is charged the whole op"
+        for f in named[:SHOWN_WHOLE]
+    ]
+    if len(named) > SHOWN_WHOLE:
+        lines.append(f"{len(named) - SHOWN_WHOLE} more ops run whole on every IPU")
+    return lines
+
+
+def _beyond_validation(built: Built) -> list[str]:
+    ipus = built.mesh.ipus
+    if ipus <= VALIDATED_IPUS:
+        return []
+    return [
+        f"a system of {ipus:,} IPUs: no published figure checks one larger than "
+        f"{VALIDATED_IPUS} IPUs (docs/fidelity.md); its collectives across Pod64s are modelled, "
+        "not validated"
+    ]

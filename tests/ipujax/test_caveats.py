@@ -1,0 +1,70 @@
+"""The report's caveats for what no published figure checks: an op gathered whole on every IPU,
+and a system larger than any row of the fidelity table covers."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from helpers import target
+from jax.sharding import PartitionSpec as P
+
+import ipujax
+from ipujax import fidelity
+from ipujax.caveats import SHOWN_WHOLE, VALIDATED_IPUS
+
+
+def branchy(x):
+    # `cond` (StableHLO `case`) has no factor rule of its own yet: it runs whole on every IPU.
+    return jax.lax.cond(x.sum() > 0, lambda y: y * 2.0, lambda y: y - 1.0, x)
+
+
+def _report(fun, mesh, specs, *args) -> ipujax.CostReport:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the warnings are tested where they are made
+        return ipujax.jit(fun, mesh=mesh, in_shardings=specs).lower(*args).compile().cost_report()
+
+
+def test_an_op_gathered_whole_is_a_caveat() -> None:
+    mesh = ipujax.make_mesh((2,), ("rows",), target=target(16))
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    (line,) = _report(branchy, mesh, (P("rows"),), x).caveats
+    assert line.startswith("case at tests/ipujax/test_caveats.py:")
+    assert "runs whole on every IPU" in line and "float32[8x4] [{rows}, {}]" in line
+    assert line in _report(branchy, mesh, (P("rows"),), x).summary()
+
+
+def test_nothing_split_nothing_said() -> None:
+    mesh = ipujax.make_mesh((2,), ("rows",), target=target(16))
+    x = np.ones((8, 4), np.float32)
+    assert _report(branchy, mesh, (P(),), x).caveats == ()
+
+
+def test_many_ops_gathered_whole_are_counted() -> None:
+    def many(*xs):
+        return [branchy(x) for x in xs]
+
+    mesh = ipujax.make_mesh((2,), ("rows",), target=target(16))
+    count = SHOWN_WHOLE + 2
+    xs = [np.ones((8, 4), np.float32)] * count
+    caveats = _report(many, mesh, (P("rows"),) * count, *xs).caveats
+    assert len(caveats) == SHOWN_WHOLE + 1
+    assert caveats[-1] == "2 more ops run whole on every IPU"
+
+
+def test_a_system_beyond_the_fidelity_table_is_a_caveat() -> None:
+    def step(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    w = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    x = jax.ShapeDtypeStruct((256, 64), jnp.float32)
+    for ipus, said in ((64, False), (128, True)):
+        mesh = ipujax.make_mesh((ipus,), ("dp",), target=ipujax.Target.bow().with_tiles(16))
+        caveats = _report(step, mesh, (P(), P("dp")), w, x).caveats
+        assert any(f"a system of {ipus:,} IPUs" in c for c in caveats) == said
+
+
+def test_the_validated_size_is_the_tables() -> None:
+    assert max(f.ipus for f in fidelity.FIGURES) == VALIDATED_IPUS
