@@ -6,7 +6,7 @@ an assumption say so too (`ipujax.loops`).
 
 from __future__ import annotations
 
-from ipujax.loops import Loops, where
+from ipujax.loops import Loops
 from lowering import shorten_paths
 from partitioner import Built
 
@@ -24,8 +24,8 @@ def standing_caveats(built: Built, loops: Loops) -> tuple[str, ...]:
 def _gathered_whole(built: Built, loops: Loops) -> list[str]:
     forced = built.partitioned.forced_whole if built.partitioned is not None else ()
     # A loop left whole at the unroll limit has a caveat of its own.
-    looped = {where(op) for op, _ in loops.limited}
-    named = [f for f in forced if f"while loop at {shorten_paths(f.source)}" not in looped]
+    looped = {str(op.loc) for op, _ in loops.limited}
+    named = [f for f in forced if f.source not in looped]
     lines = [
         f"{f.op} at {shorten_paths(f.source)} runs whole on every IPU ({f.rule} rule): it "
         f"gathered {shorten_paths(f.tensor)}, and each IPU is charged the whole op"

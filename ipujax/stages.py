@@ -56,6 +56,7 @@ class Compiled:
         runs: Callable[[], Built] | None = None,
         verify: bool = False,
         rebuild: Rebuild | None = None,
+        loops: Loops | None = None,
     ) -> None:
         self.graph = graph
         self.built = built
@@ -63,7 +64,7 @@ class Compiled:
         self.memory = built.memory
         self.mesh = built.mesh
         self.partitioned = built.partitioned
-        self._loops = find_loops(built)
+        self._loops = find_loops(built) if loops is None else loops
         self._standing = standing_caveats(built, self._loops)
         self._report = build_report(built, caveats(self._loops, {}) + self._standing)
         self._counted: dict = {}  # the trips the report charges, by loop
@@ -212,18 +213,20 @@ class Lowered:
         devices = self._options.devices
         if self._micro is None:
             built = build(self.graph, self._mesh, self._in_specs, self._out_specs, how)
-            _warn(built)
+            loops = _warn(built)
             warn_host_bound(built, how.resident_inputs)
             again = self._rebuild(self.graph, how)
-            return Compiled(self.graph, built, self._donate, devices, None, how.verify, again)
+            return Compiled(
+                self.graph, built, self._donate, devices, None, how.verify, again, loops
+            )
         micro, batch = self._micro
         assert how.pipeline is not None  # a micro-batch program is traced only for one
         costed = dataclasses.replace(how, batch_inputs=batch)
         built = build(micro, self._mesh, self._in_specs, self._out_specs, costed)
-        _warn(built)
+        loops = _warn(built)
         again = self._rebuild(micro, costed)
         return Compiled(
-            self.graph, built, self._donate, devices, self._runs(how), how.verify, again
+            self.graph, built, self._donate, devices, self._runs(how), how.verify, again, loops
         )
 
     def _rebuild(self, graph: Graph, how: Options) -> Rebuild:
@@ -253,12 +256,13 @@ class Lowered:
         )
 
 
-def _warn(built: Built) -> None:
+def _warn(built: Built) -> Loops:
     """The compile's warnings of ops that gathered split tensors and of loops whose cost rests
-    on an assumption (`ipujax.loops`), each kind once."""
+    on an assumption (`ipujax.loops`), each kind once; those loops, found once per compile."""
     loops = find_loops(built)
     told = _warn_forced_whole(built, loops)
     warn_loops(loops, told)
+    return loops
 
 
 def _warn_forced_whole(built: Built, loops: Loops) -> frozenset[str]:

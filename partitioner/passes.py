@@ -48,7 +48,6 @@ from partitioner.phases.streaming import (
     capacity_needed,
     check_capacity,
     keep_on_chip,
-    phase_costs,
     phase_streams,
 )
 from partitioner.pipelines.microbatch import per_microbatch
@@ -58,14 +57,14 @@ from partitioner.pipelines.stage_costs import stage_costs
 from partitioner.pipelines.stage_memory import fit_stages, stage_memory
 from partitioner.pipelines.stages import split_stages
 from partitioner.pipelines.step_cost import pipelined_step_cost
-from partitioner.program import Program, Superstep
+from partitioner.program import Program
 from partitioner.sharding.combine import BUFFER_BYTES, combine_all_reduces
 from partitioner.sharding.partition import Partitioned, partition
 from partitioner.sharding.propagation import propagate_shardings
 from partitioner.sharding.replicas import check_replica_axes, derive_replica_axes, varying_axes
 from partitioner.sharding.specs import user_shardings
-from partitioner.step.host import host_io, host_rate, host_supersteps
-from partitioner.step.summary import StepCost, step_cost
+from partitioner.step.host import host_io, step_transfers
+from partitioner.step.summary import StepCost, program_cost
 from partitioner.target import Target
 from partitioner.tiles.schedule import schedule
 from partitioner.verify import verify_memory, verify_program
@@ -218,36 +217,6 @@ def phased_memory(
     return tile_memory(program, target, plan.bounds, kept, ways, uses), kept
 
 
-def cost_step(
-    program: Program,
-    plan: PhasePlan | None,
-    memory: TileMemory,
-    streams: Sequence[PhaseStream],
-    target: Target,
-    host: tuple[Superstep, Superstep],
-) -> StepCost:
-    if plan is None:
-        return step_cost(program, None, (), target, host)
-    compute = [
-        sum(step.cycles for task in program.tasks[a:b] for step in task.supersteps)
-        for a, b in plan.bounds.bounds
-    ]
-    phases = phase_costs(plan.names, compute, streams, memory.phase_peaks, target)
-    return step_cost(program, plan.bounds, phases, target, host)
-
-
-def host_transfers(
-    graph: Graph, program: Program, mesh: Mesh, target: Target, phased: bool, resident: tuple
-) -> tuple[Superstep, Superstep]:
-    """The step's host transfers, less the `resident` inputs (loaded once, as Poplar loads a
-    model's weights); a phased program's IO tiles hide them behind its compute."""
-    rate = host_rate(target, mesh.system, mesh.ipus)
-    hidden = 0
-    if phased and target.phase_io_tiles:
-        hidden = sum(s.compute_cycles for s in program.supersteps)
-    return host_supersteps(host_io(graph, resident), target, rate, hidden)
-
-
 def build(
     graph: Graph,
     mesh: Mesh,
@@ -283,8 +252,8 @@ def build(
             check_capacity(needed, mesh.target)
         streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links)
     resident = options.resident_inputs
-    host = host_transfers(local, program, mesh, target, plan is not None, resident)
-    cost = cost_step(program, plan, memory, streams, target, host)
+    host = step_transfers(host_io(local, resident), program, mesh, target, plan is not None)
+    cost = program_cost(program, plan, memory.phase_peaks, streams, target, host)
     return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept)
 
 

@@ -18,7 +18,7 @@ the task and the user's line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -50,29 +50,34 @@ def verify_program(
     """Raises `VerifyError` for the first broken invariant of `program` (made by pass `after`)
     on a mesh of axes `mesh` (None or empty: one IPU); a region's program may also read the
     `outer` values of the program around it."""
-    defined = set(program.inputs) | outer
     _check_layouts(program.inputs, program.input_layouts, program.tiles, f"{after}: inputs")
     for value, layout in zip(program.inputs, program.input_layouts, strict=True):
         _check_same(program, value, layout, f"{after}: input {value}")
-    for index, task in enumerate(program.tasks):
-        where = f"{after}: task {index} ({task.op.name} at {task.op.loc})"
+    for task, where, defined in _in_order(program, after, outer):
         _check_task(task, program, defined, mesh or {}, where)
-        defined.update(task.op.results)
-    missing = [v for v in program.outputs if v not in defined]
-    if missing:
-        raise VerifyError(f"{after}: outputs {missing} are never made")
 
 
 def verify_dataflow(program: Program, after: str) -> None:
     """The part of the spec a runtime rewrite must keep (it may hand an op a scalar where the
     tiles hold a broadcast, so layouts are not its to keep): every task reads values made
     before it, and every output is made."""
-    defined = set(program.inputs)
+    for _ in _in_order(program, after):
+        pass
+
+
+def _in_order(
+    program: Program, after: str, outer: frozenset[Value] = frozenset()
+) -> Iterator[tuple[Task, str, set[Value]]]:
+    """Each task with where it is and the values made before it (the running set itself:
+    copied by whoever keeps it), once its reads are checked to be among them; then the
+    outputs checked to be made."""
+    defined = set(program.inputs) | outer
     for index, task in enumerate(program.tasks):
+        where = f"{after}: task {index} ({task.op.name} at {task.op.loc})"
         unknown = [v for v in task.inputs if v not in defined]
         if unknown:
-            where = f"{after}: task {index} ({task.op.name} at {task.op.loc})"
             raise VerifyError(f"{where}: reads {unknown} before any task makes them")
+        yield task, where, defined
         defined.update(task.op.results)
     missing = [v for v in program.outputs if v not in defined]
     if missing:
@@ -82,9 +87,6 @@ def verify_dataflow(program: Program, after: str) -> None:
 def _check_task(
     task: Task, program: Program, defined: set[Value], mesh: Mapping[str, int], where: str
 ) -> None:
-    unknown = [v for v in task.inputs if v not in defined]
-    if unknown:
-        raise VerifyError(f"{where}: reads {unknown} before any task makes them")
     _check_layouts(task.inputs, task.input_layouts, program.tiles, f"{where}: operands")
     for value, layout in zip(task.inputs, task.input_layouts, strict=True):
         if value in program.layouts:

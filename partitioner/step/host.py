@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lowering import Graph, SourceLoc, Value
-from partitioner.mesh import System
-from partitioner.program import Superstep
+from partitioner.mesh import Mesh, System
+from partitioner.program import Program, Superstep
 from partitioner.target import Target
 
 
@@ -157,3 +157,14 @@ def host_supersteps(
             )
         )
     return steps[0], steps[1]
+
+
+def step_transfers(
+    io: HostIO, program: Program, mesh: Mesh, target: Target, phased: bool
+) -> tuple[Superstep, Superstep]:
+    """The step's host transfers of `io` at the rate the mesh's IPUs share; a phased program's
+    IO tiles hide them behind its compute."""
+    hidden = 0
+    if phased and target.phase_io_tiles:
+        hidden = sum(s.compute_cycles for s in program.supersteps)
+    return host_supersteps(io, target, host_rate(target, mesh.system, mesh.ipus), hidden)

@@ -16,7 +16,8 @@ from lowering import CONTRACTIONS, SourceLoc
 from partitioner.cost.compute import amp_flops_per_cycle
 from partitioner.cost.links import CollectiveCost
 from partitioner.memory.liveness import PhaseBounds
-from partitioner.phases.streaming import PhaseCost
+from partitioner.phases.plan import PhasePlan
+from partitioner.phases.streaming import PhaseCost, PhaseStream, phase_costs
 from partitioner.program import Program, Superstep
 from partitioner.target import Target
 
@@ -101,3 +102,23 @@ def step_cost(
         peak_flops_per_cycle=amp_flops_per_cycle(target, matmul_dtype(program)),
         host_bytes=sum(s.exchange_bytes for s in steps if s.kind == "host"),
     )
+
+
+def program_cost(
+    program: Program,
+    plan: PhasePlan | None,
+    phase_peaks: Sequence[int],
+    streams: Sequence[PhaseStream],
+    target: Target,
+    host: tuple[Superstep, Superstep],
+) -> StepCost:
+    """The step's cost of `program`: phased by `plan`, each phase's compute and its streams
+    (`phases.streaming`), between the host's transfers."""
+    if plan is None:
+        return step_cost(program, None, (), target, host)
+    compute = [
+        sum(step.cycles for task in program.tasks[a:b] for step in task.supersteps)
+        for a, b in plan.bounds.bounds
+    ]
+    phases = phase_costs(plan.names, compute, streams, phase_peaks, target)
+    return step_cost(program, plan.bounds, phases, target, host)

@@ -22,10 +22,10 @@ from lowering import Op, Value, counted_trips, producers, unroll_limit
 from partitioner.memory.tiles import TileMemory
 from partitioner.mesh import Mesh
 from partitioner.phases.plan import PhasePlan
-from partitioner.phases.streaming import PhaseStream, phase_costs
-from partitioner.program import Program, Superstep, Task
-from partitioner.step.host import HostIO, host_rate, host_supersteps
-from partitioner.step.summary import StepCost, step_cost
+from partitioner.phases.streaming import PhaseStream
+from partitioner.program import Program, Task
+from partitioner.step.host import HostIO, step_transfers
+from partitioner.step.summary import StepCost, program_cost
 from partitioner.target import Target
 from partitioner.tiles.rules.loop import trip_steps
 
@@ -103,25 +103,9 @@ def counted_cost(built: Costed, trips: Mapping[Value, int]) -> StepCost:
     """The step's cost of `built` (one program, not pipelined) with the loops in `trips`
     charged the trips a run counted: the same summary `build` makes."""
     program = with_trips(built.program, trips)
-    plan, target = built.plan, built.target
-    host = _host(built, program)
-    if plan is None:
-        return step_cost(program, None, (), target, host)
-    compute = [
-        sum(step.cycles for task in program.tasks[a:b] for step in task.supersteps)
-        for a, b in plan.bounds.bounds
-    ]
-    phases = phase_costs(plan.names, compute, built.streams, built.memory.phase_peaks, target)
-    return step_cost(program, plan.bounds, phases, target, host)
-
-
-def _host(built: Costed, program: Program) -> tuple[Superstep, Superstep]:
-    """The step's host transfers, the same bytes: a phased program's IO tiles hide them behind
-    its compute, which the counted trips change."""
     sent, returned = built.cost.supersteps[0], built.cost.supersteps[-1]
-    target, mesh = built.target, built.mesh
-    if built.plan is None or not target.phase_io_tiles:
-        return sent, returned
-    io = HostIO(sent.exchange_bytes, returned.exchange_bytes)
-    hidden = sum(s.compute_cycles for s in program.supersteps)
-    return host_supersteps(io, target, host_rate(target, mesh.system, mesh.ipus), hidden)
+    io = HostIO(sent.exchange_bytes, returned.exchange_bytes)  # the same bytes as built
+    # A phased program's IO tiles hide the transfers behind its compute, which the trips change.
+    host = step_transfers(io, program, built.mesh, built.target, built.plan is not None)
+    memory = built.memory
+    return program_cost(program, built.plan, memory.phase_peaks, built.streams, built.target, host)
