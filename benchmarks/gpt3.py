@@ -31,10 +31,16 @@ def cost_workload(payload: dict[str, Any], mesh: ipujax.Mesh) -> tuple[Any, Any,
 
 def child_cost(payload: dict[str, Any]) -> dict[str, Any]:
     """A workload of examples/gpt/workloads.py compiled for cost only, phases="auto"."""
-    baseline = peak_memory_bytes()
     spec = MeshSpec(tuple(payload["shape"]), tuple(payload["names"]))
     mesh = ipujax.make_mesh(spec.shape, spec.names)
-    build, (fun, args, kwargs) = timed(lambda: cost_workload(payload, mesh), block=False)
+    return costed(lambda: cost_workload(payload, mesh))
+
+
+def costed(make: Any) -> dict[str, Any]:
+    """The workload `make()` returns compiled for cost only, phases="auto": the seconds of
+    each stage, the peak host memory and the report's step seconds, fit and phases."""
+    baseline = peak_memory_bytes()
+    build, (fun, args, kwargs) = timed(make, block=False)
     jitted = ipujax.jit(fun, **kwargs, phases="auto")
     lower, lowered = timed(lambda: jitted.lower(*args), block=False)
     compile_, compiled = timed(lowered.compile, block=False)

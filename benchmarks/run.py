@@ -19,6 +19,10 @@ sections, any subset of which `--only` picks:
   child process each: peak host memory, which should not grow with the tile count.
 * cnn: the small ResNet's training step of `examples/resnet`, data parallel on 16 Bow IPUs,
   against `jax.jit`: warm calls interleaved, their ratio.
+* loops: the gradient of a 32-layer `lax.scan` (and of a transformer's blocks in one scan) on
+  4 data-parallel Bow IPUs, a fresh function's first call against `jax.jit`'s, and GPT-3 175B
+  at PopXL's batch (32 micro-batches summed by a scan) on a Pod256, `phases="auto"`, cost only,
+  in a fresh child process: lower and compile seconds, peak host memory, phases and fits.
 * fidelity: every published figure of `ipujax/fidelity.py` against ipujax's cost report, their
   ratios; rewrites docs/fidelity.md too.
 
@@ -33,8 +37,8 @@ This file is the command line and runs the sections in order; the rest lives bes
 concept per module (they import each other by their plain names, benchmarks/ being on sys.path):
 `setups.py` (what to measure: `FULL`, `QUICK`), `programs.py` (the GPT step, the matmul chain,
 Bow targets), `measuring.py` (timing, peak memory, child processes), `timing.py` (the run and
-compile sections), `spmd.py`, `gpt3.py` and `memory.py` (a section each, with its child),
-`cnn.py`, `fidelity.py`, and `results.py` (tables, the machine's details, RESULTS.md).
+compile sections), `spmd.py`, `gpt3.py`, `memory.py` and `loops.py` (a section each, with its
+child), `cnn.py`, `fidelity.py`, and `results.py` (tables, the machine's details, RESULTS.md).
 
     python benchmarks/run.py                                  # everything; writes RESULTS.md
     python benchmarks/run.py --only run,compile --repeats 3 --no-write
@@ -60,6 +64,7 @@ if str(HERE) not in sys.path:
 from cnn import cnn_section  # noqa: E402
 from fidelity import fidelity_section  # noqa: E402
 from gpt3 import child_cost, gpt3_section  # noqa: E402
+from loops import child_popxl, loops_section  # noqa: E402
 from measuring import log, warm_up_jax  # noqa: E402
 from memory import child_memory, memory_section  # noqa: E402
 from programs import gpt_step  # noqa: E402
@@ -77,11 +82,12 @@ from spmd import child_xla, spmd_section  # noqa: E402
 from spmd_compare import REPO  # noqa: E402
 from timing import compile_section, measure_mesh, run_section  # noqa: E402
 
-SECTIONS = ("run", "compile", "spmd", "gpt3", "memory", "cnn", "fidelity")
+SECTIONS = ("run", "compile", "spmd", "gpt3", "memory", "cnn", "loops", "fidelity")
 CHILDREN: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "xla": child_xla,
     "cost": child_cost,
     "memory": child_memory,
+    "popxl": child_popxl,
 }
 
 
@@ -105,13 +111,14 @@ def measure(
         "gpt3": lambda: gpt3_section(setup),
         "memory": lambda: memory_section(setup),
         "cnn": lambda: cnn_section(setup, repeats),
+        "loops": lambda: loops_section(setup),
         "fidelity": lambda: fidelity_section(setup),
     }
     sections = []
     for name in (n for n in SECTIONS if n in only):
         start = time.perf_counter()
         sections.append(builders[name]())
-        if name in ("spmd", "gpt3", "memory", "cnn", "fidelity"):
+        if name in ("spmd", "gpt3", "memory", "cnn", "loops", "fidelity"):
             timings[name] = time.perf_counter() - start
         print(f"\n## {sections[-1].title}\n\n{sections[-1].table}", flush=True)
         for note in sections[-1].notes:

@@ -1,6 +1,7 @@
-"""What the benchmark runner measures: the meshes, the GPT step's shape, the cost-only workload
-and the memory programs, as one `Setup`, either the full benchmark (`FULL`) or the smoke run of
-`--quick` (`QUICK`), and the part of it a child process is sent (`setup_payload`)."""
+"""What the benchmark runner measures: the meshes, the GPT step's shape, the cost-only workload,
+the memory programs and the loops, as one `Setup`, either the full benchmark (`FULL`) or the
+smoke run of `--quick` (`QUICK`), and the part of it a child process is sent
+(`setup_payload`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class MeshSpec:
 
 
 ONE_IPU = MeshSpec((1,), ("ipu",))  # ipujax's default mesh
+POD256 = MeshSpec((4, 8, 8), ("dp", "tp1", "tp2"))  # PopXL's GPT-3 175B mesh
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,11 @@ class Setup:
     fidelity: str  # the published figures whose name contains this ("" for all)
     cnn_ipus: int  # the data-parallel CNN step's IPUs
     cnn_batch: int  # and its global batch
+    scan: tuple[int, int, int]  # loops: the scan MLP's layers, width, batch
+    scan_transformer: dict[str, int]  # loops: loops.scan_transformer's arguments
+    scan_ipus: int  # loops: the data-parallel mesh of both scans
+    popxl_layers: int  # loops: GPT-3 at PopXL's batch, this deep (96 is the model)
+    popxl_mesh: MeshSpec
 
     @property
     def many(self) -> tuple[MeshSpec, ...]:
@@ -57,13 +64,18 @@ FULL = Setup(
     meshes=(ONE_IPU, MeshSpec((2, 2), ("dp", "tp")), MeshSpec((8, 8), ("dp", "tp"))),
     cost_workload="gpt3_175b",
     compiles=3,
-    cost_mesh=MeshSpec((4, 8, 8), ("dp", "tp1", "tp2")),
+    cost_mesh=POD256,
     memory_tiles=(16, 1472),
     memory_programs=("gpt", "matmul"),
     matmul=(2048, 4),
     fidelity="",
     cnn_ipus=16,
     cnn_batch=64,
+    scan=(32, 256, 64),
+    scan_transformer={"layers": 12, "seq": 128, "d_model": 256, "heads": 8, "batch": 16},
+    scan_ipus=4,
+    popxl_layers=96,
+    popxl_mesh=POD256,
 )
 QUICK = Setup(
     config={"vocab": 256, "seq": 16, "layers": 2, "d_model": 32, "heads": 4},
@@ -79,6 +91,11 @@ QUICK = Setup(
     fidelity="[16, 16] x [16, 16]",
     cnn_ipus=2,
     cnn_batch=4,
+    scan=(4, 32, 8),
+    scan_transformer={"layers": 2, "seq": 8, "d_model": 32, "heads": 4, "batch": 4},
+    scan_ipus=2,
+    popxl_layers=2,  # the Pod256 all the same: 2 layers compile in seconds
+    popxl_mesh=POD256,
 )
 
 

@@ -28,8 +28,9 @@ class LoopTripsWarning(UserWarning):
 
 
 class UnrollLimitWarning(UserWarning):
-    """A counted loop past the unroll limit, where loops are unrolled (many IPUs, phases, a
-    pipeline): it stays one loop, run whole (the report's `caveats` say what that costs)."""
+    """A counted loop left one whole task where the program would lay out its trips: past the
+    unroll limit in a pipeline (all its trips in one stage), or phased where its carried
+    values cross phases (all its trips in one phase); the report's `caveats` say which."""
 
 
 __all__ = [

@@ -3,8 +3,8 @@ warnings, the report's caveats, and the step re-costed with the trips a run coun
 
 A `while` whose trips only a run knows is charged one trip until the program has run; then the
 runtime has counted its trips (`runtime/trips.py`) and the report charges them
-(`partitioner.counted_cost`). A counted loop past the unroll limit, where loops are unrolled (many
-IPUs, phases, a pipeline), stays one loop, and what that costs is said where it happens.
+(`partitioner.counted_cost`). A counted loop past the unroll limit of a pipeline, or one a phased
+program cannot run phase-major, stays one loop, and what that costs is said where it happens.
 """
 
 from __future__ import annotations
@@ -16,13 +16,21 @@ from dataclasses import dataclass
 
 from ipujax.errors import LoopTripsWarning, UnrollLimitWarning
 from lowering import Op, Value, producers, shorten_paths
-from partitioner import Built, OpenLoop, counted_cost, limited_loops, open_loops
+from partitioner import (
+    Built,
+    OpenLoop,
+    counted_cost,
+    limited_loops,
+    open_loops,
+    unfissioned_loops,
+)
 
 
 @dataclass(frozen=True)
 class Loops:
-    """A compiled program's loops of unknown trips (`open`), its counted loops left whole at
-    the unroll limit with why (`limited`), and what leaving one whole means here (`whole`)."""
+    """A compiled program's loops of unknown trips (`open`), its counted loops left whole (at
+    the unroll limit when pipelined; phased, those phases cannot run phase-major) with why
+    (`limited`), and what leaving one whole means here (`whole`)."""
 
     open: tuple[OpenLoop, ...] = ()
     limited: tuple[tuple[Op, str], ...] = ()
@@ -38,8 +46,11 @@ class Loops:
 def find_loops(built: Built) -> Loops:
     """The loops of `built` whose cost rests on an assumption."""
     made = producers(built.graph)
-    unrolled = built.mesh.ipus > 1 or built.plan is not None or built.pipeline is not None
-    limited = limited_loops(built.program, made) if unrolled else ()
+    limited: tuple[tuple[Op, str], ...] = ()
+    if built.pipeline is not None:
+        limited = limited_loops(built.program, made)
+    elif built.plan is not None:
+        limited = unfissioned_loops(built.program, made)
     return Loops(open_loops(built.program, made), limited, _whole(built), built.pipeline is None)
 
 
@@ -47,12 +58,13 @@ def _whole(built: Built) -> str:
     """What a loop left whole does here, where loops are unrolled."""
     if built.pipeline is not None:
         return "it runs whole within one pipeline stage"
-    on_every_ipu = "it runs whole on every IPU (a loop has no rule to run split)"
-    if built.plan is None:
-        return on_every_ipu
-    if built.mesh.ipus == 1:
-        return "phases cannot cut inside it: all its trips run in one phase"
-    return f"phases cannot cut inside it, and {on_every_ipu}"
+    return "phases cannot cut inside it: all its trips run in one phase"
+
+
+def _remedy(loops: Loops) -> str:
+    if "pipeline" in loops.whole:
+        return "shorten the loop or split it into loops within the limit"
+    return "keep each value the loop carries within one block (one jax.named_scope) of its body"
 
 
 def where(op: Op) -> str:
@@ -83,9 +95,9 @@ def recosted(built: Built, trips: Mapping[Value, int]) -> Built:
     return dataclasses.replace(built, cost=counted_cost(built, trips))
 
 
-def warn_loops(loops: Loops, told: frozenset[str] = frozenset()) -> None:
+def warn_loops(loops: Loops) -> None:
     """One warning per compile for loops of unknown trips, and one for loops left whole at the
-    unroll limit that no other warning (`told`: their sources) has named."""
+    unroll limit."""
     _warn(
         [where(loop.op) for loop in loops.open],
         "its trips are known only at run time, so its cost assumes one trip until the program "
@@ -93,10 +105,9 @@ def warn_loops(loops: Loops, told: frozenset[str] = frozenset()) -> None:
         "caveats list every such loop)",
         LoopTripsWarning,
     )
-    untold = [(op, why) for op, why in loops.limited if str(op.loc) not in told]
     _warn(
-        [f"{where(op)}: {why}" for op, why in untold],
-        f"{loops.whole}; shorten the loop or split it into loops within the limit",
+        [f"{where(op)}: {why}" for op, why in loops.limited],
+        f"{loops.whole}; {_remedy(loops)}",
         UnrollLimitWarning,
     )
 

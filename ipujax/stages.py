@@ -180,7 +180,7 @@ class Compiled:
             raise ConfigError("step_by_step runs programs of one IPU; use a mesh of one IPU")
         with jax.enable_x64(True):
             flat = flatten_args(self.graph, args, kwargs)
-        yield from run_step_by_step(self.program, flat)
+        yield from run_step_by_step(self.built.runnable, flat)
 
 
 class Lowered:
@@ -260,32 +260,23 @@ def _warn(built: Built) -> Loops:
     """The compile's warnings of ops that gathered split tensors and of loops whose cost rests
     on an assumption (`ipujax.loops`), each kind once; those loops, found once per compile."""
     loops = find_loops(built)
-    told = _warn_forced_whole(built, loops)
-    warn_loops(loops, told)
+    _warn_forced_whole(built)
+    warn_loops(loops)
     return loops
 
 
-def _warn_forced_whole(built: Built, loops: Loops) -> frozenset[str]:
-    """One warning per compile when ops gathered split tensors to run whole on every IPU,
-    naming the unroll limit where a loop it left whole is among them; those loops' sources."""
+def _warn_forced_whole(built: Built) -> None:
+    """One warning per compile when ops gathered split tensors to run whole on every IPU."""
     forced = built.partitioned.forced_whole if built.partitioned is not None else ()
     if not forced:
-        return frozenset()
-    limited = {str(op.loc): why for op, why in loops.limited}
-    told = [f for f in forced if f.op == "while" and f.source in limited]
+        return
     more = f" (and {len(forced) - 1} more)" if len(forced) > 1 else ""
-    why = "".join(
-        f" The loop at {f.source} has {limited[f.source]}: left a loop, it runs whole; "
-        "unrolled, its copies would run split."
-        for f in told[:1]
-    )
     warnings.warn(
         shorten_paths(
             f"{forced[0]}{more}: it has no rule to run split, so every IPU holds the whole "
-            f"tensor; Compiled.explain() lists them all.{why} Shard its operands another way, "
-            "or accept the gather."
+            "tensor; Compiled.explain() lists them all. Shard its operands another way, or "
+            "accept the gather."
         ),
         ReplicationWarning,
         stacklevel=5,  # the caller of compile(), past `_warn` and the API boundary
     )
-    return frozenset(f.source for f in told)

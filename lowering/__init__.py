@@ -32,7 +32,7 @@ from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, op_reads, producers, walk
 from lowering.locations import SourceLoc, raised_at
-from lowering.loops import counted_trips, unroll_limit, unroll_loops
+from lowering.loops import counted_trips, loop_counter, unroll_limit, unroll_loops
 from lowering.mesh_rules import local_mesh_axes
 from lowering.paths import shorten_paths
 from lowering.regions import binary_op, scatter_combiner
@@ -86,6 +86,7 @@ __all__ = [
     "infer_types",
     "interpret",
     "local_mesh_axes",
+    "loop_counter",
     "lower",
     "op_cost",
     "op_reads",

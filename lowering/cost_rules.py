@@ -136,6 +136,7 @@ COST_RULES: dict[str, CostRule] = {
     "shard_slice": _movement_cost_rule,
     "shard_mask": _elementwise_cost_rule,
     "shard_index": _elementwise_cost_rule,
+    "halo_exchange": _movement_cost_rule,  # its link traffic is the partitioner's
     **{name: _elementwise_cost_rule for name in ELEMENTWISE},
     **{name: _transcendental_cost_rule for name in TRANSCENDENTAL},
     **{name: _movement_cost_rule for name in DATA_MOVEMENT | SOURCES},

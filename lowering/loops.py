@@ -24,17 +24,25 @@ MAX_TRIPS = 128  # longer loops stay loops (a scan over GPT-3's 96 layers unroll
 MAX_OPS = 50_000  # nor is a loop unrolled into more ops than this
 
 
+def loop_counter(op: Op) -> int | None:
+    """Which of a `while`'s carried values its condition compares `i < n` on, when it does."""
+    cond, _ = op.regions
+    compare = next((o for o in cond.ops if o.results == cond.outputs), None)
+    if compare is None or compare.name != "compare" or compare.attrs["direction"] != "LT":
+        return None
+    counter = compare.operands[0]
+    return cond.inputs.index(counter) if counter in cond.inputs else None
+
+
 def counted_trips(op: Op, made: Mapping[Value, Op]) -> int | None:
     """How many times a `while` runs, when it counts `i` from a constant by 1 while `i < n`,
     `n` a constant; None otherwise."""
     cond, body = op.regions
-    compare = next((o for o in cond.ops if o.results == cond.outputs), None)
-    if compare is None or compare.name != "compare" or compare.attrs["direction"] != "LT":
+    index = loop_counter(op)
+    if index is None:
         return None
-    counter, limit = compare.operands
-    if counter not in cond.inputs:
-        return None
-    index = cond.inputs.index(counter)
+    compare = next(o for o in cond.ops if o.results == cond.outputs)
+    limit = compare.operands[1]
     start = _constant(op.operands[index], made)
     bound = _constant(limit, {**made, **producers(cond)})
     if start is None or bound is None or not _steps_by_one(body, index):

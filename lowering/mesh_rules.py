@@ -84,7 +84,11 @@ def _gathered_reduction(x: Array, axes: tuple[str, ...], reduction: str) -> Arra
 def _all_gather_eval_rule(
     x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, **why: Any
 ) -> tuple[Array, ...]:
-    return (lax.all_gather(x, axes, axis=dimension, tiled=True),)
+    """The IPUs' blocks along `axes`, major to minor, laid end to end. One axis at a time, the
+    minor first (under vmap jax gathers over one: over two it fails its axis size check)."""
+    for axis in reversed(axes):
+        x = lax.all_gather(x, axis, axis=dimension, tiled=True)
+    return (x,)
 
 
 def _reduce_scatter_eval_rule(
@@ -125,6 +129,53 @@ def _shard_mask_eval_rule(
     return (lax.select(valid, x, lax.full_like(x, fill)),)
 
 
+def _halo_exchange_eval_rule(
+    x: Array,
+    *,
+    axes: tuple[str, ...],
+    group_size: int,
+    dimension: int,
+    before: int,
+    after: int,
+    cyclic: bool,
+    **why: Any,
+) -> tuple[Array, ...]:
+    """This IPU's block along `dimension` with the last `before` rows of the previous IPU's
+    block before it and the first `after` rows of the next's after it, the IPUs numbered along
+    `axes` as `shard_slice` numbers them. Round the group when `cyclic` (the first IPU's
+    previous is the last); else the first gets zeros for its previous's rows, the last for
+    its next's."""
+    size = x.shape[dimension]
+    parts = []
+    if before:
+        tail = lax.slice_in_dim(x, size - before, size, axis=dimension)
+        parts.append(_from_neighbour(tail, axes, 1, cyclic))
+    parts.append(x)
+    if after:
+        head = lax.slice_in_dim(x, 0, after, axis=dimension)
+        parts.append(_from_neighbour(head, axes, -1, cyclic))
+    return (lax.concatenate(parts, dimension),)
+
+
+def _from_neighbour(x: Array, axes: tuple[str, ...], step: int, cyclic: bool) -> Array:
+    """`x` of the IPU `step` (1: previous, -1: next) before this one in the order of `axes`,
+    major to minor. One axis at a time (under vmap, jax permutes over one): a shift along the
+    minor axis, and where it wraps round (the minor axis's first IPU for the previous), the
+    value one step along the major axes instead, as a carry in counting."""
+    *major, minor = axes
+    ipus = lax.axis_size(minor)
+    moved = lax.ppermute(x, minor, [(i, (i + step) % ipus) for i in range(ipus)])
+    if major:
+        wrapped = _from_neighbour(moved, tuple(major), step, cyclic)
+    elif cyclic:
+        return moved
+    else:
+        wrapped = lax.full_like(moved, 0)
+    edge = 0 if step > 0 else ipus - 1
+    at_edge = lax.eq(lax.axis_index(minor), np.int32(edge))
+    return lax.select(lax.broadcast(at_edge, moved.shape), wrapped, moved)
+
+
 def _shard_index_eval_rule(
     indices: Array, *, axes: tuple[str, ...], group_size: int, size: int
 ) -> tuple[Array, ...]:
@@ -146,4 +197,5 @@ MESH_EVAL_RULES: dict[str, Callable[..., tuple[Array, ...]]] = {
     "all_to_all": _all_to_all_eval_rule,
     "shard_slice": _shard_slice_eval_rule,
     "shard_mask": _shard_mask_eval_rule,
+    "halo_exchange": _halo_exchange_eval_rule,
 }

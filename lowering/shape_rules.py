@@ -218,6 +218,18 @@ def _all_to_all_shape_rule(
     return (Aval(tuple(shape), x.dtype),)
 
 
+def _halo_exchange_shape_rule(
+    x: Aval, *, dimension: int, before: int, after: int, **attrs: Any
+) -> tuple[Aval, ...]:
+    """The block with `before` rows of the previous IPU's before it and `after` of the next's
+    after it: at most a block each way (one neighbour's)."""
+    if not 0 <= before <= x.shape[dimension] or not 0 <= after <= x.shape[dimension]:
+        raise ValueError(
+            f"a halo of {before} and {after} rows around a block of {x.shape[dimension]}"
+        )
+    return _resized(x, dimension, x.shape[dimension] + before + after)
+
+
 def _shard_index_shape_rule(indices: Aval, **attrs: Any) -> tuple[Aval, ...]:
     return (Aval(indices.shape, indices.dtype), Aval(indices.shape, _BOOL))
 
@@ -230,6 +242,7 @@ SHAPE_RULES: dict[str, ShapeRule] = {
     "all_to_all": _all_to_all_shape_rule,
     "shard_slice": _split_shape_rule,
     "shard_mask": _same_as_first_shape_rule,
+    "halo_exchange": _halo_exchange_shape_rule,
     **{name: _same_as_first_shape_rule for name in UNARY | BINARY},
     **{name: _predicate_shape_rule for name in ("is_finite", "is_inf", "is_neg_inf", "is_pos_inf")},
     **{name: _abstract_shape_rule(name) for name in _ABSTRACT},

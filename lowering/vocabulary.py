@@ -61,9 +61,11 @@ STRUCTURED = frozenset(
 CONTROL = frozenset({"while", "case", "optimization_barrier", "sharding_constraint"})
 
 # Ops over the IPUs of a mesh axis, which the partitioner inserts into the per-IPU program:
-# the collectives, and taking or masking this IPU's shard of a dimension.
+# the collectives, and taking, masking or indexing this IPU's shard of a dimension, or
+# extending it with its neighbours' edge rows (`halo_exchange`, for ops that read the dimension
+# at an offset: a stencil's shifted slices, a pad, a roll).
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
-SHARD_OPS = frozenset({"shard_slice", "shard_mask", "shard_index"})
+SHARD_OPS = frozenset({"shard_slice", "shard_mask", "shard_index", "halo_exchange"})
 
 ELEMENTWISE = UNARY | UNARY_TYPED | BINARY | ELEMENTWISE_OTHER
 

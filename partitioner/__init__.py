@@ -44,7 +44,13 @@ from partitioner.sharding.replicas import varying_over
 from partitioner.sharding.specs import Sharding, from_spec, user_shardings
 from partitioner.step.host import sent_arguments
 from partitioner.step.summary import StepCost
-from partitioner.step.trips import OpenLoop, counted_cost, limited_loops, open_loops
+from partitioner.step.trips import (
+    OpenLoop,
+    counted_cost,
+    limited_loops,
+    open_loops,
+    unfissioned_loops,
+)
 from partitioner.target import Target
 from partitioner.tiles.rules import TILE_RULES
 from partitioner.verify import verify_dataflow
@@ -100,6 +106,7 @@ __all__ = [
     "reduction_kind",
     "ring_bytes",
     "sent_arguments",
+    "unfissioned_loops",
     "user_shardings",
     "varying_over",
     "verify_dataflow",

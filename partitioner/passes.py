@@ -1,17 +1,17 @@
 """The partitioner's passes, in order, in one place: from a lowered graph on a mesh to the
 per-IPU BSP program with its memory and its cost.
 
-    unroll         (phased, or many IPUs) counted loops unrolled: a scan over micro-batches
-                   partitions like its body and runs phase-major
+    unroll         (pipelined) counted loops unrolled, so that stages can cut a scan's layers
     partition      (mesh of many IPUs) user specs -> shardings -> propagation -> the per-IPU
-                   program with collectives; verified when asked
+                   program with collectives, loops partitioned as loops; verified when asked
     combine        (unphased) all-reduces over the same axes held back and merged, up to a
                    buffer of bytes, as Graphcore's TensorFlow and XLA combine them
     place axes     mesh axes onto physical IPUs, the last axis innermost
     schedule       tile layouts, kernels and supersteps on the compute tiles
     replicas       the replica axes, derived from the shardings (or given)
-    split phases   (phases=...) a forward and a backward phase per block, optimizer phases;
-                   tasks reordered phase by phase
+    split phases   (phases=...) counted loops laid out inline to run phase-major; a forward
+                   and a backward phase per block, optimizer phases; tasks reordered phase by
+                   phase
     shard          (phased, many IPUs) replicated tensor sharding: streamed tensors split over
                    the axes they are replicated over, gradients reduce-scattered, updates on
                    shards
@@ -40,6 +40,7 @@ from partitioner.memory.check import check_memory
 from partitioner.memory.liveness import value_uses
 from partitioner.memory.tiles import TileMemory, tile_memory
 from partitioner.mesh import Mesh
+from partitioner.phases.loops import per_trip, rerolled
 from partitioner.phases.plan import PhasePlan, Phases
 from partitioner.phases.rts import Sharded, shard_phases, unsharded
 from partitioner.phases.split import compute_target, phased_hint, split_phases
@@ -106,6 +107,12 @@ class Built:
     pipeline: PipelineCost | None = None  # pipelined: the stages and their schedule
     stage_memories: tuple[TileMemory, ...] = ()  # pipelined: each stage's IPU, in stage order
     stage_programs: tuple[Program, ...] = ()  # pipelined: the tasks each stage's memory sweeps
+
+    @property
+    def runnable(self) -> Program:
+        """The program the runtime runs: `program`, its loops laid out inline for the phases
+        (`phases.loops`) run as the loops they are."""
+        return self.program if self.plan is None else rerolled(self.program, self.plan.loops)
 
 
 def partition_program(
@@ -210,7 +217,12 @@ def phased_memory(
     uses = value_uses(program, plan.bounds)
     first = tile_memory(program, target, plan.bounds, ways=ways, uses=uses)
     kept = keep_on_chip(
-        program, first.storages, plan.bounds, first.phase_peaks, target.bytes_per_tile
+        program,
+        first.storages,
+        plan.bounds,
+        first.phase_peaks,
+        target.bytes_per_tile,
+        per_trip(program, plan),
     )
     if not kept:
         return first, kept
@@ -228,8 +240,6 @@ def build(
     cost summed."""
     if options.pipeline is not None:
         return build_pipelined(graph, mesh, in_specs, out_specs, options)
-    if options.phases is not None or mesh.ipus > 1:
-        graph = unroll_loops(graph)
     # Phased programs skip the combiner: replicated tensor sharding splits each gradient's.
     combine = options.collective_buffer_bytes if options.phases is None else 0
     partitioned, local = per_ipu(graph, mesh, in_specs, out_specs, combine, options.verify)
@@ -247,10 +257,11 @@ def build(
         check_fits(memory, program, local, target, plan is not None)
     streams: tuple[PhaseStream, ...] = ()
     if plan is not None:
+        trips = per_trip(program, plan)
         if options.check_memory:
-            needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept)
+            needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept, trips)
             check_capacity(needed, mesh.target)
-        streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links)
+        streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links, trips)
     resident = options.resident_inputs
     host = step_transfers(host_io(local, resident), program, mesh, target, plan is not None)
     cost = program_cost(program, plan, memory.phase_peaks, streams, target, host)

@@ -90,6 +90,11 @@ class TileBytes:
 Kernel = Callable[..., tuple[Any, ...]]
 
 
+# The tasks that start and end a loop laid out inline (`phases.loops`).
+LOOP_BEGIN, LOOP_END = "loop_begin", "loop_end"
+LOOP_MARKERS = frozenset({LOOP_BEGIN, LOOP_END})
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Task:
     """One op on tiles: its inputs (operands, then values its regions capture), its kernel and
@@ -107,6 +112,14 @@ class Task:
     # For control flow: the programs of its regions (a loop's body, every branch), whose code
     # the tiles store once however often they run.
     regions: tuple[Program, ...] = ()
+    # A loop's body task laid out inline (`phases.loops`): its supersteps are this many trips'.
+    trips: int = 1
+
+    @property
+    def reads(self) -> tuple[Value, ...]:
+        """The values the task reads on the tiles: its inputs, but nothing for the markers of
+        a loop laid out inline, which pass the loop's values on in place (`phases.loops`)."""
+        return () if self.op.name in LOOP_MARKERS else self.inputs
 
 
 @dataclass(frozen=True, slots=True, eq=False)

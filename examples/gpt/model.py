@@ -13,7 +13,9 @@ Laid out for tensor parallelism (see `sharding.py`):
 - Activations keep heads as a separate dimension (`[batch, seq, heads, head_dim]`) all the way
   through attention, so every head's work stays on the IPU that holds its weights.
 - Each block runs under `jax.named_scope(f"layer{i}")`, the names `train.py --phases layer`
-  passes to `ipujax.jit(phases=...)`.
+  passes to `ipujax.jit(phases=...)`; with `scopes=False` (`forward`, `loss_fn`,
+  `make_train_step`) the same step is built with no named scope at all, as most JAX models are
+  written, for `phases="auto"` to find its blocks from the program's structure.
 - `Config.dtype` is the parameters' and activations' type (float32 by default; float16 as
   Graphcore trained GPT-3); the optimizer's moments are float32 whatever it is.
 
@@ -23,6 +25,7 @@ The attention, layer norm, loss and weight-decay mask are examples/bert's too
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from dataclasses import dataclass
@@ -105,24 +108,34 @@ def block(x: jax.Array, p: Params) -> jax.Array:
     return x + mlp(layer_norm(x, p["ln2"]), p["mlp"])
 
 
-def forward(params: Params, tokens: jax.Array, remat: bool = False) -> jax.Array:
+def _scope(name: str, scopes: bool) -> contextlib.AbstractContextManager[Any]:
+    """`jax.named_scope(name)`, or nothing when the model is built without scopes."""
+    return jax.named_scope(name) if scopes else contextlib.nullcontext()
+
+
+def forward(
+    params: Params, tokens: jax.Array, remat: bool = False, scopes: bool = True
+) -> jax.Array:
     """Logits [batch, seq, vocab] for tokens [batch, seq]. With `remat`, each block's
     activations are recomputed in the backward pass (`jax.checkpoint`), as Graphcore's GPT-3
-    example did, so only the blocks' inputs are kept between forward and backward."""
+    example did, so only the blocks' inputs are kept between forward and backward. Without
+    `scopes` no `jax.named_scope` names the embedding, the blocks or the head."""
     layer = jax.checkpoint(block) if remat else block
-    with jax.named_scope("embed"):
+    with _scope("embed", scopes):
         x = params["wte"][tokens] + params["wpe"][: tokens.shape[1]]
     for i, p in enumerate(params["blocks"]):
-        with jax.named_scope(f"layer{i}"):
+        with _scope(f"layer{i}", scopes):
             x = layer(x, p)
-    with jax.named_scope("head"):
+    with _scope("head", scopes):
         return layer_norm(x, params["lnf"]) @ params["wte"].T  # tied LM head
 
 
-def loss_fn(params: Params, tokens: jax.Array, remat: bool = False) -> jax.Array:
+def loss_fn(
+    params: Params, tokens: jax.Array, remat: bool = False, scopes: bool = True
+) -> jax.Array:
     """Mean next-token cross-entropy; tokens is [batch, seq + 1]."""
-    logits = forward(params, tokens[:, :-1], remat)
-    with jax.named_scope("loss"):
+    logits = forward(params, tokens[:, :-1], remat, scopes)
+    with _scope("loss", scopes):
         return cross_entropy(logits, tokens[:, 1:])
 
 
@@ -153,17 +166,17 @@ def init_optimizer(optimizer: optax.GradientTransformation, params: Params) -> A
 
 
 def accumulated_gradients(
-    params: Params, tokens: jax.Array, remat: bool, micro_batches: int
+    params: Params, tokens: jax.Array, remat: bool, micro_batches: int, scopes: bool = True
 ) -> tuple[jax.Array, Params]:
     """The mean loss and gradients over `micro_batches` equal micro-batches, summed by a scan
     (rows k, k + n, k + 2n, ... form micro-batch k, so a batch split over dp splits every
     micro-batch over it too)."""
     if micro_batches == 1:
-        return jax.value_and_grad(loss_fn)(params, tokens, remat)
+        return jax.value_and_grad(loss_fn)(params, tokens, remat, scopes)
     micro = tokens.reshape(tokens.shape[0] // micro_batches, micro_batches, -1).swapaxes(0, 1)
 
     def add_micro_batch(carry: Any, batch: jax.Array) -> tuple[Any, None]:
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, remat)
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, remat, scopes)
         total, summed = carry
         return (total + loss.astype(jnp.float32), jax.tree.map(jnp.add, summed, grads)), None
 
@@ -173,13 +186,16 @@ def accumulated_gradients(
 
 
 def make_train_step(
-    optimizer: optax.GradientTransformation, remat: bool = False, micro_batches: int = 1
+    optimizer: optax.GradientTransformation,
+    remat: bool = False,
+    micro_batches: int = 1,
+    scopes: bool = True,
 ) -> Any:
     """The training step: gradients (over `micro_batches` accumulated micro-batches), then the
-    optimizer's update."""
+    optimizer's update; `scopes=False` builds it without named scopes."""
 
     def train_step(params: Params, opt_state: Any, tokens: jax.Array) -> tuple[Params, Any, Any]:
-        loss, grads = accumulated_gradients(params, tokens, remat, micro_batches)
+        loss, grads = accumulated_gradients(params, tokens, remat, micro_batches, scopes)
         grads = cast(grads, "float32")  # the update in float32; no-op for float32 models
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss

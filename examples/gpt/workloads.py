@@ -2,6 +2,8 @@
 
     ipujax cost-report examples/gpt/workloads.py:gpt2_small --mesh dp=2,tp=4 --target bow
     ipujax cost-report examples/gpt/workloads.py:gpt3_175b --mesh dp=4,tp1=4,tp2=4 --phases auto
+    ipujax cost-report examples/gpt/workloads.py:gpt3_175b_unscoped --mesh dp=4,tp1=8,tp2=8 \
+        --target bow --phases auto
 
 Each factory takes an optional `mesh` (the CLI builds it from `--mesh` and `--target`) and
 returns `(fun, args, jit_kwargs)`: the AdamW training step of `model.py`, its arguments, and
@@ -42,6 +44,7 @@ sharding = load.example("gpt", "sharding")
 
 GPT2_VOCAB = 50257
 MICROBATCHES = 16  # per step when pipelined: a 4-stage bubble of 3/19, 16%
+POPXL_ACCUMULATION = 32  # GPT-3's micro-batches per step in PopXL's pretraining config
 TINY_MICROBATCHES = 4
 
 
@@ -57,14 +60,18 @@ def training_step(
     mesh: Any = None,
     remat: bool = False,
     microbatches: int = MICROBATCHES,
+    scopes: bool = True,
+    accumulation: int = 1,
 ) -> tuple:
-    """The training step of `config` with shapes only: (fun, args, jit_kwargs)."""
+    """The training step of `config` with shapes only: (fun, args, jit_kwargs); `scopes=False`
+    builds it without named scopes; `accumulation` micro-batches of `batch_per_replica`
+    sequences per replica are summed by a scan before each update."""
     optimizer = model.make_optimizer()
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
     opt_state = jax.eval_shape(lambda p: model.init_optimizer(optimizer, p), params)
-    batch = meshes.global_batch(mesh, batch_per_replica, microbatches)
+    batch = meshes.global_batch(mesh, batch_per_replica, microbatches) * accumulation
     tokens = jax.ShapeDtypeStruct((batch, config.seq + 1), jnp.int32)
-    step = model.make_train_step(optimizer, remat)
+    step = model.make_train_step(optimizer, remat, micro_batches=accumulation, scopes=scopes)
     kwargs = _jit_kwargs(mesh, params, opt_state, config, microbatches)
     return step, (params, opt_state, tokens), kwargs
 
@@ -99,12 +106,8 @@ def gpt2_medium(mesh: Any = None, layers: int = 24) -> tuple:
     return training_step(config, 8, mesh)
 
 
-def gpt3_175b(mesh: Any = None, layers: int = 96) -> tuple:
-    """GPT-3 175B as Graphcore trained it (examples/nlp/gpt3_175B/popxl): 96 layers, d 12,288,
-    96 heads, 2,048 tokens, 1 sequence per replica, float16 weights and activations with float32
-    optimizer moments, each block recomputed in the backward pass: without that, its activations
-    alone would outgrow the streaming memory of a Pod256."""
-    config = model.Config(
+def _gpt3_config(layers: int) -> Any:
+    return model.Config(
         vocab=pad_vocab(GPT2_VOCAB),
         seq=2048,
         layers=layers,
@@ -112,4 +115,26 @@ def gpt3_175b(mesh: Any = None, layers: int = 96) -> tuple:
         heads=96,
         dtype="float16",
     )
-    return training_step(config, 1, mesh, remat=True)
+
+
+def gpt3_175b(mesh: Any = None, layers: int = 96, accumulation: int = 1) -> tuple:
+    """GPT-3 175B as Graphcore trained it (examples/nlp/gpt3_175B/popxl): 96 layers, d 12,288,
+    96 heads, 2,048 tokens, 1 sequence per replica and micro-batch, float16 weights and
+    activations with float32 optimizer moments, each block recomputed in the backward pass:
+    without that, its activations alone would outgrow the streaming memory of a Pod256.
+    `accumulation` micro-batches per step (PopXL's pretraining config: 32, `gpt3_175b_popxl`)."""
+    config = _gpt3_config(layers)
+    return training_step(config, 1, mesh, remat=True, accumulation=accumulation)
+
+
+def gpt3_175b_popxl(mesh: Any = None, layers: int = 96) -> tuple:
+    """`gpt3_175b` at PopXL's own batch (config/pretraining.yml, release gpt3_175B_pod256): 32
+    micro-batches of one sequence per replica, 128 sequences per step on dp=4."""
+    return gpt3_175b(mesh, layers, accumulation=POPXL_ACCUMULATION)
+
+
+def gpt3_175b_unscoped(mesh: Any = None, layers: int = 96, accumulation: int = 1) -> tuple:
+    """`gpt3_175b` written as most JAX models are: no `jax.named_scope` anywhere, each block
+    under `jax.checkpoint`. `phases="auto"` finds its blocks from the program's structure."""
+    config = _gpt3_config(layers)
+    return training_step(config, 1, mesh, remat=True, scopes=False, accumulation=accumulation)

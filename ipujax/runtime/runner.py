@@ -341,7 +341,7 @@ def make_runner(
     one device. With `verify`, the runtime's passes are verified too; `loops` (by their first
     results) count their trips."""
     pool = device_pool(devices) or tuple(jax.devices())
-    mesh, program, partitioned = built.mesh, built.program, built.partitioned
+    mesh, program, partitioned = built.mesh, built.runnable, built.partitioned
     spread = None
     if partitioned is None:
         run = compile_program(program, donate, verify, loops)

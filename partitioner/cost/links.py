@@ -15,6 +15,10 @@ steps; AllToAll (n-1)/n of its buffer in n-1 steps. The bytes are the same whate
 the links set how fast they go: each IPU sends over its ring's links both ways round at once,
 `2 x links per direction x 15.75 GB/s x 0.85`, or its share of its machine's two Gateway-Links,
 `2 x 12.5 GB/s x 0.85 / 4`; every ring step adds a fixed latency.
+
+A halo exchange is one step of such a ring in both directions at once: each IPU sends its edge
+rows to its two neighbours along the group (the `before` rows one way, the `after` rows the
+other), each way at half its ring's rate, and pays one step's latency (`LinkModel.halo`).
 """
 
 from __future__ import annotations
@@ -80,13 +84,25 @@ def collective_buffer(op: Op) -> int:
     return sum(x.nbytes for x in op.operands)  # an all-reduce's combined operands together
 
 
+def halo_edges(op: Op) -> tuple[int, int]:
+    """Bytes each IPU sends in a halo exchange: the last `before` rows of its block to the next
+    IPU, and the first `after` rows to the previous one."""
+    x = op.operands[0]
+    row = x.nbytes // max(1, x.shape[op.attrs["dimension"]])
+    return op.attrs["before"] * row, op.attrs["after"] * row
+
+
 def axis_traffic(graph: Graph) -> dict[str, int]:
-    """Bytes each mesh axis's collectives move per IPU in a per-IPU program."""
+    """Bytes each mesh axis's collectives and halo exchanges move per IPU in a per-IPU
+    program."""
     traffic: dict[str, int] = {}
     for op in graph.ops:
-        if op.name not in COLLECTIVES:
+        if op.name == "halo_exchange":
+            sent = sum(halo_edges(op))
+        elif op.name in COLLECTIVES:
+            sent, _ = ring_bytes(op.name, collective_buffer(op), op.attrs["group_size"])
+        else:
             continue
-        sent, _ = ring_bytes(op.name, collective_buffer(op), op.attrs["group_size"])
         for axis in op.attrs["axes"]:
             traffic[axis] = traffic.get(axis, 0) + sent
     return traffic
@@ -170,6 +186,16 @@ class LinkModel:
         cycles = link_cycles(self.target, sent, steps, rate)
         sync = global_sync_cycles(self.target, group)
         return Ring(sent, steps, cycles, sync, path.route, path.links_per_direction)
+
+    def halo(self, axes: Sequence[str], forward: int, backward: int) -> Ring:
+        """A halo exchange along `axes`: `forward` bytes to the next IPU and `backward` to the
+        previous, at once, each over one direction of the links the group's ring has (half
+        its rate), in one step: the larger transfer plus one latency, and the group's sync."""
+        path = self.path(axes)
+        one_way = ring_bytes_per_second(self.target, self.system, path) / 2
+        cycles = link_cycles(self.target, max(forward, backward), 1, one_way)
+        sync = global_sync_cycles(self.target, self.group(axes))
+        return Ring(forward + backward, 1, cycles, sync, path.route, path.links_per_direction)
 
 
 @functools.lru_cache(maxsize=1024)

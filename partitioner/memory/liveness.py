@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lowering import ELEMENTWISE, Value
+from lowering import ELEMENTWISE, Op, Value, op_reads
 from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Program, Task
 
@@ -61,36 +61,40 @@ class PhaseBounds:
         return self._of[task] if task >= 0 else 0
 
 
-def _roots(program: Program, phases: PhaseBounds | None) -> dict[Value, Value]:
+def _roots(
+    program: Program, phases: PhaseBounds | None, carried: Mapping[Value, Value] | None = None
+) -> dict[Value, Value]:
     """Map every value to the value that owns its bytes: views share their source's storage,
-    and an elementwise result overwrites an operand nothing reads afterwards (Poplar's in-place
-    ops) when the two have the same layout and bytes and were made in the same phase (and
-    neither is an argument or an output, which stream as themselves)."""
+    and an elementwise result (or a dynamic update's) overwrites an operand nothing reads
+    afterwards (Poplar's in-place ops) when the two have the same layout and bytes and were made
+    in the same phase (and neither is an argument or an output, which stream as themselves). In
+    a loop's body, `carried` maps each output to the input it becomes next trip: an output made
+    in place of that input overwrites the loop's own tensor (an accumulator's add)."""
     root: dict[Value, Value] = {}
     last = _last_reads(program)
     members_last: dict[Value, int] = {}  # per owner, the last read of any value it holds
     made: dict[Value, int] = {}
     keep = set(program.inputs) | set(program.outputs)
+    carried = carried or {}
     phase_of = phases.phase_of if phases is not None else (lambda task: 0)
     for index, task in enumerate(program.tasks):
         for result, alias in zip(task.op.results, task.aliases, strict=False):
             if alias is not None:
                 source = task.inputs[alias]
                 root[result] = root.get(source, source)
-        if _elementwise(task) and task.op.results[0] not in keep:
+        for value in _overwritable(task):
             result = task.op.results[0]
-            for value in task.inputs:
-                owner = root.get(value, value)
-                if (
-                    owner not in keep
-                    and owner in made
-                    and members_last.get(owner, last.get(owner, -1)) <= index
-                    and phase_of(made[owner]) == phase_of(index)
-                    and owner.nbytes == result.nbytes
-                    and program.layouts.get(owner) == program.layouts.get(result)
-                ):
-                    root[result] = owner
-                    break
+            owner = root.get(value, value)
+            mine = carried.get(result) == owner
+            if (
+                (mine or (result not in keep and owner not in keep and owner in made))
+                and members_last.get(owner, last.get(owner, -1)) <= index
+                and phase_of(made.get(owner, index)) == phase_of(index)
+                and owner.nbytes == result.nbytes
+                and program.layouts.get(owner) == program.layouts.get(result)
+            ):
+                root[result] = owner
+                break
         for value in task.op.results:
             owner = root.get(value, value)
             made.setdefault(owner, index)
@@ -98,14 +102,27 @@ def _roots(program: Program, phases: PhaseBounds | None) -> dict[Value, Value]:
     return root
 
 
-def _elementwise(task: Task) -> bool:
-    return task.op.name in ELEMENTWISE and len(task.op.results) == 1 and not task.aliases
+def storage_owners(program: Program, phases: PhaseBounds | None = None) -> dict[Value, Value]:
+    """Each value whose bytes another value owns (a view, an in-place result), with its owner."""
+    return _roots(program, phases)
+
+
+def _overwritable(task: Task) -> tuple[Value, ...]:
+    """The operands an op may write its one result over: any of an elementwise op's, the
+    tensor a dynamic update writes into."""
+    if len(task.op.results) != 1 or task.aliases:
+        return ()
+    if task.op.name in ELEMENTWISE:
+        return task.inputs
+    if task.op.name == "dynamic_update_slice":
+        return task.inputs[:1]
+    return ()
 
 
 def _last_reads(program: Program) -> dict[Value, int]:
     last: dict[Value, int] = {}
     for index, task in enumerate(program.tasks):
-        for value in task.inputs:
+        for value in task.reads:
             last[value] = index
     for value in program.outputs:
         last[value] = len(program.tasks)  # read by the host
@@ -115,12 +132,16 @@ def _last_reads(program: Program) -> dict[Value, int]:
 Uses = tuple[dict[Value, int], dict[Value, list[int]], set[Value]]
 
 
-def value_uses(program: Program, phases: PhaseBounds | None = None) -> Uses:
+def value_uses(
+    program: Program,
+    phases: PhaseBounds | None = None,
+    carried: Mapping[Value, Value] | None = None,
+) -> Uses:
     """Each storage owner's defining task, the tasks that read it, and the constants. They
     depend on the tasks' ops, not on their plans: a caller that asks `tile_memory` again about
     a program whose matmuls it re-planned passes them back (`uses=`) rather than paying a
     pass over every task again (a second for GPT-3's 100,000)."""
-    root = _roots(program, phases)
+    root = _roots(program, phases, carried)
     made: dict[Value, int] = {}
     reads: dict[Value, list[int]] = {}
     constants: set[Value] = set()
@@ -129,7 +150,7 @@ def value_uses(program: Program, phases: PhaseBounds | None = None) -> Uses:
             constants.update(task.op.results)
         for value in task.op.results:
             made.setdefault(root.get(value, value), index)
-        for value in task.inputs:
+        for value in task.reads:
             reads.setdefault(root.get(value, value), []).append(index)
     end = max(0, len(program.tasks) - 1)
     for value in program.outputs:
@@ -178,6 +199,7 @@ def storages(
     `value_uses(program, phases)` when the caller has it."""
     made, reads, constants = uses if uses is not None else value_uses(program, phases)
     inputs = set(program.inputs)
+    streamed = streamed_inputs(program)
     owners = {v for v in program.layouts if v in made or v in inputs}
     ways = ways or {}
     found = []
@@ -187,10 +209,46 @@ def storages(
             read_at = reads.get(value, [])
             first = min(read_at, default=0)
             spans = _spans(first, read_at, phases) if phases is not None else ((0, 0),)
-            if phases is not None and not read_at:
-                spans = ()
+            if (phases is not None and not read_at) or value in streamed:
+                spans, always = (), False
         else:
             first = made[value]
             spans = _spans(first, reads.get(value, []), None if value in kept else phases)
         found.append(Storage(value, program.layouts[value], spans, always, ways.get(value, 1)))
     return tuple(found)
+
+
+def streamed_inputs(program: Program) -> frozenset[Value]:
+    """Inputs the host streams a slice at a time: read only by loops that pass them on unchanged
+    and read one slice of them per trip (a scan's micro-batches). Poplar copies each trip's
+    slice from its host stream into the tiles, so the whole never sits on chip; the slices are
+    the body's own tensors."""
+    readers: dict[Value, list[tuple[int, int]]] = {}
+    for index, task in enumerate(program.tasks):
+        for position, value in enumerate(task.inputs):
+            readers.setdefault(value, []).append((index, position))
+    read_later = set(readers) | set(program.outputs)
+    return frozenset(
+        value
+        for value in program.inputs
+        if value not in program.outputs
+        and value in readers
+        and all(_sliced_per_trip(program.tasks[i].op, p, read_later) for i, p in readers[value])
+    )
+
+
+def _sliced_per_trip(op: Op, position: int, read_later: set[Value]) -> bool:
+    """Whether `op` is a loop that carries its operand `position` through unchanged, unread
+    after the loop and by its test, and reads it in its body only by dynamic slices."""
+    if op.name != "while" or position >= len(op.operands) or op.results[position] in read_later:
+        return False
+    cond, body = op.regions
+    inner = body.inputs[position]
+    if body.outputs[position] != inner or any(
+        cond.inputs[position] in o.operands for o in cond.ops
+    ):
+        return False
+    readers = [o for o in body.ops if inner in o.operands or inner in op_reads(o)]
+    return bool(readers) and all(
+        o.name == "dynamic_slice" and inner not in o.operands[1:] for o in readers
+    )

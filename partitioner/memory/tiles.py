@@ -19,7 +19,7 @@ import numpy as np
 
 from lowering import Value
 from partitioner.memory.code import CodeMemory, code_memory
-from partitioner.memory.liveness import PhaseBounds, Storage, Uses, storages
+from partitioner.memory.liveness import PhaseBounds, Storage, Uses, storages, value_uses
 from partitioner.program import Program
 from partitioner.target import Target
 
@@ -230,11 +230,13 @@ def task_excess(
     return excess
 
 
-def region_bytes(program: Program, target: Target) -> np.ndarray:
+def region_bytes(program: Program, target: Target, loop: bool = False) -> np.ndarray:
     """Per tile, the peak bytes a region's own tensors and temporaries hold while it runs: all
-    but its inputs and the values it captures, which the program around it holds."""
+    but its inputs and the values it captures, which the program around it holds, and (a
+    loop's body) the outputs it makes in place of the inputs they replace next trip."""
     tiles = target.tiles_per_ipu
-    found = storages(program)
+    carried = dict(zip(program.outputs, program.inputs, strict=True)) if loop else None
+    found = storages(program, uses=value_uses(program, carried=carried))
     sweep = _live_by_task(program, found, tiles)
     most = np.zeros(sweep.segments, np.int64)
     for _, live in sweep.blocks():

@@ -22,16 +22,30 @@ def broadcast_views(program: Program) -> set[Value]:
 
 
 def _touches(task: Task, views: set[Value]) -> list[Value]:
-    return [v for v in (*task.inputs, *task.op.results) if v not in views]
+    return [v for v in (*task.reads, *task.op.results) if v not in views]
 
 
-def _crossing(tasks: Sequence[Task], views: set[Value]) -> list[int]:
-    """crossing[c]: bytes of the values touched both before and at or after position c (an
-    activation stored and loaded, or an argument loaded twice) if a phase boundary sat there."""
+def view_sources(tasks: Sequence[Task]) -> dict[Value, Value]:
+    """Each broadcast's result and the value it is a view of (through chains of broadcasts)."""
+    sources: dict[Value, Value] = {}
+    for task in tasks:
+        if task.op.name == "broadcast_in_dim":
+            sources[task.op.results[0]] = sources.get(task.inputs[0], task.inputs[0])
+    return sources
+
+
+def crossing_at(
+    tasks: Sequence[Task], views: set[Value], sources: dict[Value, Value] | None = None
+) -> list[int]:
+    """crossing_at[c]: bytes of the values touched both before and at or after position c (an
+    activation stored and loaded, or an argument loaded twice) if a phase boundary sat there.
+    With `sources` (`view_sources`), touching a view touches its source instead: a view is made
+    where it is read, from a source that must be there."""
     first: dict[Value, int] = {}
     last: dict[Value, int] = {}
     for i, task in enumerate(tasks):
-        for value in _touches(task, views):
+        for touched in _touches(task, views):
+            value = sources.get(touched, touched) if sources else touched
             first.setdefault(value, i)
             last[value] = i
     delta = [0] * (len(tasks) + 1)
@@ -82,7 +96,7 @@ def min_crossing_cuts(
     n = len(tasks)
     if n <= 1:
         return []
-    crossing = _crossing(tasks, views)
+    crossing = crossing_at(tasks, views)
     best = [0] * (n + 1)
     back = [0] * (n + 1)
     run = _Touched(tasks, views)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from partitioner.memory.liveness import PhaseBounds
+from partitioner.phases.loops import LoopSpan
 
 # None (one program on chip), "auto" (the program's own blocks), or `jax.named_scope` names.
 Phases = str | tuple[str, ...] | None
@@ -16,3 +17,4 @@ Phases = str | tuple[str, ...] | None
 class PhasePlan:
     names: tuple[str, ...]
     bounds: PhaseBounds
+    loops: tuple[LoopSpan, ...] = ()  # counted loops laid out inline, run phase-major

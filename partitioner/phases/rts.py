@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from lowering import ELEMENTWISE, Value
 from partitioner.cost.links import LinkModel
 from partitioner.cost.vector import prologue_cycles
-from partitioner.program import Program, Superstep, Task, collective_step
+from partitioner.program import LOOP_MARKERS, Program, Superstep, Task, collective_step
 
 # Ops whose work splits over shards of their (non-scalar) operands: elementwise work, and the
 # views and transposes between a gradient's layout and its weight's (a reduce-scatter can cut
@@ -150,6 +150,10 @@ def _finishing(program: Program, sinks: set[Task]) -> dict[Task, int]:
     pending = {v for t in sinks for v in t.op.results}
     finishing: dict[Task, int] = {}
     for task in program.tasks:
+        if task.op.name in LOOP_MARKERS:  # a loop's values passed on, pending or not
+            passed = zip(task.inputs, task.op.results, strict=True)
+            pending.update(out for value, out in passed if value in pending)
+            continue
         read = [v for v in task.inputs if v in pending]
         if not read:
             continue
@@ -176,7 +180,7 @@ def _gradient_reductions(program: Program, reps: frozenset[str], replicas: int) 
 def _readers(program: Program) -> dict[Value, list[Task]]:
     readers: dict[Value, list[Task]] = {}
     for task in program.tasks:
-        for value in task.inputs:
+        for value in task.reads:
             readers.setdefault(value, []).append(task)
     return readers
 

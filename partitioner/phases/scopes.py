@@ -1,6 +1,11 @@
 """Splitting by name, as PopXL runs Graphcore's GPT-3: one forward and one backward phase per
 block, then optimizer phases (docs/phases.md). The blocks are `jax.named_scope`s, given
-(`phases=["layer0", ...]`) or the program's own (`scope_blocks`, with `phases="auto"`).
+(`phases=["layer0", ...]`) or the program's own (`scope_blocks`, with `phases="auto"`: each
+task's first scope below those every scoped task shares, such as a flax model's top module,
+when each name runs as one group per pass). When its scopes name no blocks (it has none, or
+a library gives every layer the same names, as equinox's `eqx.nn.Linear`), the blocks come
+from the program's structure (`blocks`): `block0`, ..., `prologue`, `epilogue`, names that can
+be given as scopes' are.
 
 - a task belongs to the block of the `jax.named_scope` it sits in, forward or backward: jax
   names the backward ops of a scope `transpose(jvp(layer0))`. Every task of one block and
@@ -20,14 +25,16 @@ block, then optimizer phases (docs/phases.md). The blocks are `jax.named_scope`s
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lowering import Value
 from partitioner.memory.liveness import PhaseBounds
+from partitioner.phases.blocks import structure_labels
 from partitioner.phases.plan import PhasePlan
-from partitioner.program import Program, Task
+from partitioner.program import LOOP_MARKERS, Program, Task
 
 TINY_BYTES = 4096  # results this small (norms, scales) stay in the phase that makes them
 # Views and sources: Poplar makes them where they are read, so they run in their reader's phase.
@@ -45,13 +52,14 @@ FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 def _words(scope: str) -> list[str]:
     """The user's scope names in a name-stack path, transformation wrappers opened
     (`jit(step)/transpose(jvp(layer0))/dot_general` -> ["layer0"]); jit roots and the primitive
-    (the last element) are not scopes."""
+    (the last element) are not scopes, nor the specs `jnp.einsum` names its ops by
+    (`btd,dhck->bthck`)."""
     parts = scope.split("/")[1:-1]
     words = []
     for part in parts:
         if part.startswith(("jit(", "pjit(")):
             continue
-        words += [w for w in re.split(r"[()]", part) if w and w not in _JAX_NAMES]
+        words += [w for w in re.split(r"[()]", part) if w and w not in _JAX_NAMES and "->" not in w]
     return words
 
 
@@ -60,14 +68,28 @@ def direction(scope: str) -> str:
 
 
 def scope_blocks(program: Program) -> list[str]:
-    """The program's own named scopes that are blocks: the outermost user scope of each task,
-    in order of first appearance."""
-    seen: dict[str, None] = {}
-    for task in program.tasks:
-        words = _words(task.op.loc.scope)
-        if words:
-            seen.setdefault(words[0], None)
-    return list(seen)
+    """The program's blocks for `phases="auto"`, in order of first appearance: its own named
+    scopes when each runs as one group per pass (`_named`); otherwise the blocks its structure
+    repeats (`blocks.structure_labels`); otherwise its scopes whatever they are, or none."""
+    named = _named(program)
+    if named and _assign(program, block_labels(program, named), contiguous=False)[0] is not None:
+        return named
+    found = dict.fromkeys(label for label in structure_labels(program) if label is not None)
+    return list(found) or named
+
+
+def _named(program: Program) -> list[str]:
+    """The first scope of each task below the names every scoped task sits in (a flax model's
+    top module, which jax may repeat), or the outermost when nothing is below them."""
+    paths = [words for words in (_words(t.op.loc.scope) for t in program.tasks) if words]
+    root: set[str] = set()
+    for column in zip(*paths, strict=False):
+        if len(set(column)) > 1:
+            break
+        root.add(column[0])
+    below = (list(itertools.dropwhile(root.__contains__, words)) for words in paths)
+    named = dict.fromkeys(rest[0] for rest in below if rest)
+    return list(named) or list(dict.fromkeys(words[0] for words in paths))
 
 
 def block_label(task: Task, names: Sequence[str]) -> str | None:
@@ -76,6 +98,19 @@ def block_label(task: Task, names: Sequence[str]) -> str | None:
         if name in words:
             return name
     return None
+
+
+def block_labels(program: Program, names: Sequence[str]) -> list[str | None]:
+    """Each task's `block_label`: the first of `names` (in their order) its scope path holds.
+    None of them in any path, the names of blocks found from the program's structure."""
+    rank = {name: i for i, name in reversed(list(enumerate(names)))}
+    labels = []
+    for task in program.tasks:
+        held = [w for w in _words(task.op.loc.scope) if w in rank]
+        labels.append(min(held, key=rank.__getitem__) if held else None)
+    if not any(labels):
+        labels = [label if label in rank else None for label in structure_labels(program)]
+    return labels
 
 
 # ---- splitting by name -------------------------------------------------------------------------
@@ -99,7 +134,7 @@ class _Keys:
 def split_by_names(program: Program, names: Sequence[str]) -> tuple[Program, PhasePlan]:
     """One phase per block and direction (phase-major), then optimizer phases; contiguous runs
     when grouping would break the program's order. Tasks are reordered phase by phase."""
-    labels = [block_label(task, names) for task in program.tasks]
+    labels = block_labels(program, names)
     if not any(labels):
         raise ValueError(f"no op is in a named scope called any of {list(names)}")
     phase_of, keys = _assign(program, labels, contiguous=False)
@@ -154,12 +189,22 @@ def _assign(
             home = homes.get(task.op.results[0]) if task.op.results else None
             phase = earliest
             if home is not None and earliest > last_of[home] and not _tiny(task):
-                # It waits for a phase after its home block's last: its optimizer phase.
-                phase = max(keys.index((home, OPTIMIZER, 0)), earliest, named_phases)
+                # It waits for a phase after its home block's last: its optimizer phase, or
+                # the next round of them when it also waits for one (an update after a global
+                # norm of gradients that are only whole after a loop of micro-batches).
+                phase = _optimizer_phase(keys, home, max(earliest, named_phases))
         phase_of.append(phase)
         made_in.update(dict.fromkeys(task.op.results, phase))
     _float_to_readers(program, phase_of, floating)
     return phase_of, keys.keys
+
+
+def _optimizer_phase(keys: _Keys, home: str, earliest: int) -> int:
+    """The first round of `home`'s optimizer phases at or after `earliest`."""
+    round_ = 0
+    while (phase := keys.index((home, OPTIMIZER, round_))) < earliest:
+        round_ += 1
+    return phase
 
 
 def _floats(task: Task, made_in: dict[Value, int], sourced: set[Value]) -> bool:
@@ -194,6 +239,11 @@ def home_blocks(program: Program, labels: list[str | None]) -> dict[Value, str]:
                 homes.setdefault(value, label)
             homes.update(dict.fromkeys(task.op.results, label))
             continue
+        if task.op.name in LOOP_MARKERS:  # a loop's values passed on, each keeps its home
+            for value, result in zip(task.inputs, task.op.results, strict=True):
+                if value in homes:
+                    homes[result] = homes[value]
+            continue
         homed = [v for v in task.inputs if v in homes]
         if homed:
             biggest = max(homed, key=lambda v: weight.get(v, v.nbytes))
@@ -217,6 +267,8 @@ def _title(key: Any, keys: list[Any]) -> str:
     block, kind, run = key
     runs = sum(1 for k in keys if k[:2] == (block, kind))
     title = block if kind == FORWARD else f"{block} ({kind})"
+    if kind == OPTIMIZER and runs > 1:  # rounds: the gradients' norm, then the update
+        return f"{block} (optimizer {run + 1})"
     return f"{title} [{run + 1}]" if runs > 1 else title
 
 

@@ -21,6 +21,7 @@ from partitioner.errors import ConfigError
 from partitioner.memory.liveness import PhaseBounds, value_uses
 from partitioner.memory.tiles import tile_memory
 from partitioner.phases.cuts import broadcast_views, cut_phases, touched_bytes
+from partitioner.phases.loops import fissionable, inline_loops, located
 from partitioner.phases.plan import PhasePlan, Phases
 from partitioner.phases.scopes import scope_blocks, split_by_names
 from partitioner.program import Program
@@ -99,23 +100,46 @@ def split_phases(
     program: Program, phases: Phases, target: Target
 ) -> tuple[Program, PhasePlan | None]:
     """The `phases=` option: None keeps one program on chip, "auto" finds blocks and cuts, a
-    tuple of `jax.named_scope` names cuts by scope."""
+    tuple of `jax.named_scope` names cuts by scope. Counted loops are laid out inline and run
+    phase-major (`loops`); a loop whose body the phases cannot run so stays one task."""
     if phases is None:
         return program, None
+    _check_phases(phases)
+    whole: set = set()
+    while True:
+        inlined, spans = inline_loops(program, skip=whole)
+        split, plan = _split_one(inlined, phases, target)
+        found = located(split, spans)
+        if found is None:  # a body's task left its loop: lay out none of them
+            whole.update(s.task.op for s in spans)
+            continue
+        broken = [s for s in found if not fissionable(split, s, plan.bounds)]
+        if not broken:
+            return split, dataclasses.replace(plan, loops=found)
+        whole.update(s.task.op for s in broken)
+
+
+def _check_phases(phases: Phases) -> None:
     if phases == "auto":
-        return split_auto(program, target)
+        return
     if isinstance(phases, (list, tuple)) and phases and all(isinstance(n, str) for n in phases):
-        try:
-            program, plan = split_by_names(program, phases)
-            return _fitted(program, plan, target)
-        except ValueError as error:
-            raise ConfigError(
-                f"phases={list(phases)}: {error}; wrap each phase's code in "
-                "jax.named_scope(name), or use phases='auto'"
-            ) from None
+        return
     raise ConfigError(
         f"phases={phases!r} is not understood; use None, 'auto' or a list of jax.named_scope names"
     )
+
+
+def _split_one(program: Program, phases: Phases, target: Target) -> tuple[Program, PhasePlan]:
+    if phases == "auto" or not isinstance(phases, tuple | list):
+        return split_auto(program, target)
+    try:
+        program, plan = split_by_names(program, phases)
+    except ValueError as error:
+        raise ConfigError(
+            f"phases={list(phases)}: {error}; wrap each phase's code in "
+            "jax.named_scope(name), or use phases='auto'"
+        ) from None
+    return _fitted(program, plan, target)
 
 
 def compute_target(target: Target, phases: Phases) -> Target:

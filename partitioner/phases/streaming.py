@@ -17,7 +17,7 @@ does not cover is exposed.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,20 +77,24 @@ def keep_on_chip(
     bounds: PhaseBounds,
     phase_peaks: Sequence[int],
     budget: int,
+    trips: Mapping[Value, int] | None = None,
 ) -> frozenset[Value]:
     """Activations that cross phases and may stay on chip until their last reader: smallest
-    first, while the fullest tile of every phase they span stays within `budget`."""
+    first, while the fullest tile of every phase they span stays within `budget`; one a loop's
+    trips make anew (`trips`, `loops.per_trip`) holds every trip's copy."""
+    trips = trips or {}
     peaks = list(phase_peaks)
     kept = set()
     streamed = set(program.inputs) | set(program.outputs)
     crossing = [s for s in storages if s.value not in streamed and len(s.spans) > 1]
-    for s in sorted(crossing, key=lambda s: (s.bytes_per_tile, s.value.id)):
+    held = {s.value: s.bytes_per_tile * trips.get(s.value, 1) for s in crossing}
+    for s in sorted(crossing, key=lambda s: (held[s.value], s.value.id)):
         phases = _phases_of(s, bounds)
         span = range(phases[0], phases[-1] + 1)
-        if all(peaks[p] + s.bytes_per_tile <= budget for p in span):
+        if all(peaks[p] + held[s.value] <= budget for p in span):
             kept.add(s.value)
             for p in span:
-                peaks[p] += s.bytes_per_tile
+                peaks[p] += held[s.value]
     return frozenset(kept)
 
 
@@ -100,7 +104,7 @@ def _phase_readers(program: Program, bounds: PhaseBounds) -> list[dict[Value, li
     for a, b in bounds.bounds:
         readers: dict[Value, list[Task]] = {}
         for task in program.tasks[a:b]:
-            for value in task.inputs:
+            for value in task.reads:
                 readers.setdefault(value, []).append(task)
         out.append(readers)
     return out
@@ -121,6 +125,7 @@ def _moves(
     bounds: PhaseBounds,
     sharded: Sharded,
     kept: frozenset[Value],
+    trips: Mapping[Value, int],
 ) -> _Moves:
     count = len(bounds.bounds)
     moves = _Moves([0] * count, [0] * count, [0] * count, [0] * count, [{} for _ in range(count)])
@@ -136,27 +141,34 @@ def _moves(
                 moves.kept[p] += s.value.nbytes
             continue
         share = sharded.stored_bytes(s.value)
+        times = trips.get(s.value, 1)  # a loop's trips each stream their own
         is_input = s.value in inputs
         for phase in phases if is_input else phases[1:]:
-            moves.loads[phase] += share
+            moves.loads[phase] += share * times
             moves.largest[phase] = max(moves.largest[phase], share)
-            _gather(moves.gathers[phase], sharded, s.value, readers[phase].get(s.value, []))
+            readers_here = readers[phase].get(s.value, [])
+            _gather(moves.gathers[phase], sharded, s.value, readers_here, times)
         if s.value in outputs or (len(phases) > 1 and not is_input):
-            moves.stores[phases[0]] += share
+            moves.stores[phases[0]] += share * times
             moves.largest[phases[0]] = max(moves.largest[phases[0]], share)
     return moves
 
 
 def _gather(
-    groups: dict[tuple[str, ...], int], sharded: Sharded, value: Value, readers: list[Task]
+    groups: dict[tuple[str, ...], int],
+    sharded: Sharded,
+    value: Value,
+    readers: list[Task],
+    times: int = 1,
 ) -> None:
-    """Adds what a phase gathers of a loaded value (as it is stored) to its group of axes."""
+    """Adds what a phase gathers of a loaded value (as it is stored, `times` over) to its
+    group of axes."""
     axes = sharded.gather_axes(value, readers)
     if axes:
         stored = sharded.narrower.get(value, value)
         ungathered = tuple(a for a in sharded.store_axes.get(stored, ()) if a not in axes)
         whole = stored.nbytes // math.prod(sharded.sizes[a] for a in ungathered)
-        groups[axes] = groups.get(axes, 0) + whole
+        groups[axes] = groups.get(axes, 0) + whole * times
 
 
 def phase_streams(
@@ -166,10 +178,12 @@ def phase_streams(
     sharded: Sharded,
     kept: frozenset[Value],
     links: LinkModel | None,
+    trips: Mapping[Value, int] | None = None,
 ) -> tuple[PhaseStream, ...]:
     """Per phase: bytes loaded and stored, gathered over IPU-Links (one ring per group of
-    axes, its cycles from the link model), and kept on chip."""
-    moves = _moves(program, storages, bounds, sharded, kept)
+    axes, its cycles from the link model), and kept on chip; a value a loop makes anew each
+    trip (`trips`) is streamed once per trip."""
+    moves = _moves(program, storages, bounds, sharded, kept, trips or {})
     out = []
     for p in range(len(bounds.bounds)):
         sent, cycles = 0, 0
@@ -192,16 +206,19 @@ def capacity_needed(
     bounds: PhaseBounds,
     sharded: Sharded,
     kept: frozenset[Value],
+    trips: Mapping[Value, int] | None = None,
 ) -> int:
     """The most bytes one IPU keeps in streaming memory at once: its share of every argument
     and output (both, as if nothing were updated in place), plus the activations stored between
-    phases that are still to be loaded, at the phase where those peak."""
+    phases that are still to be loaded (every trip's, for a loop's), at the phase where those
+    peak."""
+    trips = trips or {}
     resident_values = set(program.inputs) | set(program.outputs)
     resident = 0
     count = len(bounds.bounds)
     stored = [0] * (count + 1)  # difference array over phases
     for s in storages:
-        share = sharded.stored_bytes(s.value)
+        share = sharded.stored_bytes(s.value) * trips.get(s.value, 1)
         if s.value in resident_values:
             resident += share
         elif len(s.spans) > 1 and s.value not in kept:

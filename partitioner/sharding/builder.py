@@ -24,6 +24,12 @@ class Builder:
         self.ids = itertools.count(first_id)
         self.ops: list[Op] = []
 
+    def fork(self) -> Builder:
+        """A builder for a region: its own ops, values numbered with this one's."""
+        forked = Builder(self.mesh, 0)
+        forked.ids = self.ids
+        return forked
+
     def value(self, shape: tuple[int, ...], dtype: np.dtype) -> Value:
         return Value(next(self.ids), tuple(shape), np.dtype(dtype))
 

@@ -8,10 +8,13 @@ gathers it first. `FACTOR_RULES` names a rule for every op of the vocabulary, wi
 an op added to the vocabulary without a decision here fails `tests/test_tables.py`. Ops whose
 dimensions do not split independently (yet) say so with `_replicated_factor_rule`, which asks
 for everything whole; the partitioner reports each tensor such an op gathers (`explain()`).
+A dim that a slice, pad, concatenation or update reads at an offset corresponds where the window
+keeps most of it (`mostly`): the partitioner runs it with halos (`halo`), or gathers the dim.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -66,6 +69,11 @@ def _identity_factor_rule(op: Op) -> Factors:
         factors.append(tuple(range(len(sizes), len(sizes) + len(value.shape))))
         sizes.extend(value.shape)
     return Factors(tuple(factors), tuple(factors), tuple(sizes), rule="identity")
+
+
+def _loop_factor_rule(op: Op) -> Factors:
+    """A `while`'s result i is its operand i carried through the trips: they share factors."""
+    return dataclasses.replace(_identity_factor_rule(op), rule="loop")
 
 
 def _dot_general_factor_rule(op: Op) -> Factors:
@@ -189,10 +197,16 @@ def _whole_dims_rule(op: Op, untouched: list[bool], name: str) -> Factors:
     return Factors(operands, (dims,), shape, rule=name)
 
 
+def mostly(part: int, whole: int) -> bool:
+    """Whether a window of `part` rows keeps most of a dim of `whole`: the dim stays split
+    across it, each IPU's block read with its neighbours' edge rows (`halo`), else gathered."""
+    return 2 * part > whole
+
+
 def _slice_factor_rule(op: Op) -> Factors:
     x = op.operands[0]
-    whole = [
-        s == 0 and lim == n and st == 1
+    kept = [
+        st == 1 and mostly(lim - s, n)
         for s, lim, st, n in zip(
             op.attrs["start_indices"],
             op.attrs["limit_indices"],
@@ -201,11 +215,16 @@ def _slice_factor_rule(op: Op) -> Factors:
             strict=True,
         )
     ]
-    return _whole_dims_rule(op, whole, "slice")
+    return _whole_dims_rule(op, kept, "slice")
 
 
 def _pad_factor_rule(op: Op) -> Factors:
-    return _whole_dims_rule(op, [c == (0, 0, 0) for c in op.attrs["padding_config"]], "pad")
+    sizes = zip(op.operands[0].shape, op.results[0].shape, strict=True)
+    kept = [
+        interior == 0 and mostly(max(0, n + min(low, 0) + min(high, 0)), max(n, m))
+        for (low, high, interior), (n, m) in zip(op.attrs["padding_config"], sizes, strict=True)
+    ]
+    return _whole_dims_rule(op, kept, "pad")
 
 
 def _reverse_factor_rule(op: Op) -> Factors:
@@ -214,8 +233,16 @@ def _reverse_factor_rule(op: Op) -> Factors:
 
 
 def _concatenate_factor_rule(op: Op) -> Factors:
+    """Dims not joined correspond; the joined one to the pieces that make most of it (the long
+    piece of a `jnp.roll`, whose split dim is its blocks shifted: a halo)."""
     axis = op.attrs["dimension"]
-    return _whole_dims_rule(op, [d != axis for d in range(len(op.results[0].shape))], "concat")
+    shape = op.results[0].shape
+    dims = tuple(range(len(shape)))
+    operands = tuple(
+        dims if mostly(v.shape[axis], shape[axis]) else (*dims[:axis], None, *dims[axis + 1 :])
+        for v in op.operands
+    )
+    return Factors(operands, (dims,), shape, rule="concat")
 
 
 def _dynamic_slice_factor_rule(op: Op) -> Factors:
@@ -226,9 +253,8 @@ def _dynamic_slice_factor_rule(op: Op) -> Factors:
 
 def _dynamic_update_slice_factor_rule(op: Op) -> Factors:
     x, update = op.operands[:2]
-    return _whole_dims_rule(
-        op, [u == n for u, n in zip(update.shape, x.shape, strict=True)], "dynamic_update_slice"
-    )
+    kept = [mostly(u, n) for u, n in zip(update.shape, x.shape, strict=True)]
+    return _whole_dims_rule(op, kept, "dynamic_update_slice")
 
 
 def _iota_factor_rule(op: Op) -> Factors:
@@ -307,10 +333,21 @@ def lookup_dim(op: Op) -> int | None:
     return None
 
 
+def window_write(op: Op) -> bool:
+    """Whether a scatter writes one window as large as its operand's rank at one index vector
+    (`x.at[1:-1, 1:-1].set(v)`): a dynamic update slice in scatter's clothes."""
+    a, (operand, indices, updates) = op.attrs, op.operands
+    every = tuple(range(len(operand.shape)))
+    windows = tuple(a["update_window_dims"]) == tuple(range(len(updates.shape))) == every
+    plain = not a["inserted_window_dims"] and not a["operand_batching_dims"]
+    return windows and plain and len(indices.shape) == 1 and a["index_vector_dim"] == 0
+
+
 def _scatter_factor_rule(op: Op) -> Factors:
     """The operand's dims taken whole by every update window, and batching dims (the transpose
     of a batched gather), correspond across operand, updates and result; indexed dims stay
-    whole. The other scatter dims of the updates stay whole too, except in a scatter-add, where
+    whole, except where one window writes most of them (`window_write`, a halo's business).
+    The other scatter dims of the updates stay whole too, except in a scatter-add, where
     they are reduction factors."""
     a = op.attrs
     operand, indices, updates = op.operands
@@ -323,8 +360,10 @@ def _scatter_factor_rule(op: Op) -> Factors:
         for d in range(rank)
         if d not in a["inserted_window_dims"] and d not in a["operand_batching_dims"]
     ]
+    written = window_write(op)
     for w, u in zip(window, a["update_window_dims"], strict=True):
-        if updates.shape[u] == operand.shape[w] and w not in a["scatter_dims_to_operand_dims"]:
+        whole = updates.shape[u] == operand.shape[w] and w not in a["scatter_dims_to_operand_dims"]
+        if whole or (written and mostly(updates.shape[u], operand.shape[w])):
             opnd[w], upd[u] = w, w
     scatter_upd = [d for d in range(len(updates.shape)) if d not in a["update_window_dims"]]
     scatter_idx = [d for d in range(len(indices.shape)) if d != a["index_vector_dim"]]
@@ -446,8 +485,10 @@ FACTOR_RULES: dict[str, FactorRule] = {
     "select_and_scatter": _select_and_scatter_factor_rule,
     "sharding_constraint": _identity_factor_rule,
     "optimization_barrier": _identity_factor_rule,
-    # Not split across IPUs yet: each runs whole on every IPU, its operands gathered first.
-    "while": _replicated_factor_rule,
+    # A loop's carried values keep their shardings from trip to trip; propagation ties them to
+    # its body's inputs and outputs (`propagation`), and the partitioner splits the body.
+    "while": _loop_factor_rule,
+    # Not split across IPUs yet: runs whole on every IPU, its operands gathered first.
     "case": _replicated_factor_rule,
     # Ops the partitioner inserts into per-IPU programs; a global program has none.
     **dict.fromkeys(COLLECTIVES | SHARD_OPS, _replicated_factor_rule),

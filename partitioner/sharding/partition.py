@@ -9,8 +9,9 @@ operands are first resharded to what its factors need, which is where communicat
 Sums are left pending as long as they can be: an add, subtract or negate of partial sums over the
 same axes (or of one and zeros, an accumulator's start) is a partial sum, so is a reshape or
 transpose of one it alone reads, and a scatter-add of updates split over IPUs makes one.
-A reduction over a dimension padded to divide by its axes first masks the padding to zero. An op
-whose per-IPU form would be wrong (an uneven reshape, say) runs whole, on gathered operands.
+A reduction over a dimension padded to divide by its axes first masks the padding to zero. A
+split dim read at an offset (a stencil's slices, a pad, a roll) takes the neighbours' edge rows
+(`halo_rewrite`). An op whose per-IPU form would be wrong (an uneven reshape) runs whole.
 Every collective records the op that needed it and why.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ import numpy as np
 from lowering import Graph, Op, Value, free_values, infer_types, producers, walk
 from partitioner.sharding.builder import Builder
 from partitioner.sharding.factor_rules import Factors, lookup_dim, project, reduction_kind
+from partitioner.sharding.halo_rewrite import Halos
 from partitioner.sharding.propagation import Propagated
 from partitioner.sharding.specs import Axes, Sharding
 
@@ -59,7 +61,7 @@ class Partitioned:
 
 
 # Ops that are sums of their operands' terms: applied to partial sums, a partial sum.
-_LINEAR = frozenset({"add", "subtract", "negate"})
+_LINEAR = frozenset({"add", "subtract", "negate", "dynamic_update_slice"})
 _VIEWS = frozenset({"reshape", "transpose"})
 
 
@@ -114,18 +116,30 @@ class _Partitioner:
         prop: Propagated,
         mesh: Mapping[str, int],
         out_required: Mapping[int, Sharding],
+        outer: _Partitioner | None = None,
     ) -> None:
+        """Partitions `graph`; a loop's region is partitioned by a partitioner whose `outer` is
+        the one around it: it sees the values the region captures where that one put them."""
         self.out_required = out_required
         self.graph = graph
         self.prop = prop
         self.mesh = mesh
-        self.b = Builder(mesh, _max_id(graph) + 1)
-        self.local: dict[Value, tuple[Value, Sharding]] = {}
-        self.producers = producers(graph)
-        self.resharded: dict[tuple[Value, Sharding], Value] = {}
+        self.b: Builder = Builder(mesh, _max_id(graph) + 1) if outer is None else outer.b.fork()
+        self.local: dict[Value, tuple[Value, Sharding]] = {} if outer is None else dict(outer.local)
+        self.producers: dict[Value, Op] = producers(graph) | (
+            outer.producers if outer is not None else {}
+        )
+        self.resharded: dict[tuple[Value, Sharding], Value] = (
+            {} if outer is None else dict(outer.resharded)
+        )
         self.forced: list[ForcedWhole] = []
+        self.children: list[_Partitioner] = []
+        self.zero_like: set[Value] = set()  # read as zeros: a loop's accumulators, when probed
         self.uses = Counter(v for op in graph.ops for v in (*op.operands, *free_values_of(op)))
         self.uses.update(graph.outputs)
+        self.root: _Partitioner = self if outer is None else outer.root
+        self.hoisted: dict[tuple, Value] = {}  # the root's: values made once, before any loop
+        self.halos = Halos(self, graph.ops)
 
     def operand(self, value: Value, want: Sharding, op: Op, why: str) -> Value:
         """`value` as `want` on this IPU, communicating once per value and sharding: a
@@ -147,12 +161,7 @@ class _Partitioner:
         return x
 
     def run(self) -> Partitioned:
-        inputs = []
-        for value in self.graph.inputs:
-            sharding = self.prop.shardings[value]
-            local = self.b.value(sharding.local_shape(value.shape, self.mesh), value.dtype)
-            self.local[value] = (local, sharding)
-            inputs.append(local)
+        inputs = self.define_inputs([self.prop.shardings[v] for v in self.graph.inputs])
         for op in self.graph.ops:
             self.rewrite(op)
         outputs, out_shardings = [], []
@@ -178,16 +187,129 @@ class _Partitioner:
             self.graph,
             self.prop,
             local_shardings,
-            tuple(self.forced),
+            tuple(self.all_forced()),
         )
 
+    def define_inputs(self, shardings: Sequence[Sharding]) -> list[Value]:
+        """This IPU's blocks of the graph's inputs, split as `shardings` say."""
+        inputs = []
+        for value, sharding in zip(self.graph.inputs, shardings, strict=True):
+            local = self.b.value(sharding.local_shape(value.shape, self.mesh), value.dtype)
+            self.local[value] = (local, sharding)
+            inputs.append(local)
+        return inputs
+
+    def region(
+        self, shardings: Sequence[Sharding], wanted: Sequence[Sharding] | None, why: str = ""
+    ) -> tuple[Graph, list[Sharding]]:
+        """This partitioner's graph as a loop's region: its inputs split as `shardings`, its
+        outputs delivered as `wanted` (None: as they come, partial sums left pending)."""
+        inputs = self.define_inputs(shardings)
+        for op in self.graph.ops:
+            self.rewrite(op)
+        if wanted is None:
+            outputs = [self.local[v] for v in self.graph.outputs]
+        else:
+            outputs = [
+                (self.operand(v, w, _output_op(v), why), w)
+                for v, w in zip(self.graph.outputs, wanted, strict=True)
+            ]
+        graph = Graph(tuple(inputs), tuple(v for v, _ in outputs), tuple(self.b.ops))
+        return graph, [s for _, s in outputs]
+
+    def hoist(self, key: tuple, make: Callable[[Builder], Value]) -> Value:
+        """A value every IPU makes from constants and its place in the mesh alone (a halo's
+        mask of rows), made once in the outermost program, before any loop that reads it."""
+        if key not in self.root.hoisted:
+            self.root.hoisted[key] = make(self.root.b)
+        return self.root.hoisted[key]
+
     def rewrite(self, op: Op) -> None:
+        if op.name == "while":
+            self.loop(op)
+            return
+        if op in self.halos.absorbed:
+            return  # a slice that a concatenation with halos reads through
         factors = self.prop.factors[op]
         axes = self.prop.op_factors[op]
         if op.regions and free_values_of(op):
             axes = ()  # regions that read outer values run whole
+        if axes:  # a split dim read at an offset: a halo, else gathered
+            kept = self.halos.rewrite(op, axes)
+            if kept is None:
+                return
+            axes = kept
         if not axes or not self.try_sharded(op, factors, axes):
             self.whole(op, factors)
+
+    def loop(self, op: Op) -> None:
+        """A `while` split as a loop: its body and condition partitioned once, each carried value
+        kept from trip to trip in the sharding propagation found for it, and an accumulator
+        that starts at zero kept a partial sum across the trips where its body leaves it one
+        (gradients accumulated over micro-batches, reduced once after the loop)."""
+        cond, body = op.regions
+        carried = self.carried_shardings(op)
+        why = f"a value the loop at {op.loc} carries"
+        operands = [
+            self.carried_operand(v, c, op, why) for v, c in zip(op.operands, carried, strict=True)
+        ]
+        body_graph, _ = self.nested(body).region(carried, carried, why)
+        test = [Sharding.replicated(0)]
+        cond_graph, _ = self.nested(cond).region(carried, test, f"the test of the loop at {op.loc}")
+        regions = (cond_graph, body_graph)
+        made = self.b.emit(op.name, operands, dict(op.attrs), op.loc, regions)
+        for value, local, sharding in zip(op.results, made, carried, strict=True):
+            self.local[value] = (local, sharding)
+
+    def all_forced(self) -> list[ForcedWhole]:
+        """The ops run whole here and in the loops' regions partitioned from here."""
+        return [*self.forced, *(f for child in self.children for f in child.all_forced())]
+
+    def nested(self, region: Graph) -> _Partitioner:
+        child = _Partitioner(region, self.prop, self.mesh, {}, outer=self)
+        self.children.append(child)
+        return child
+
+    def carried_shardings(self, op: Op) -> list[Sharding]:
+        """Each carried value's sharding: propagation's, with the partial sum its body leaves
+        on a value that starts at zero. A fixed point: a first probe reads those values as the
+        zeros they start as (so adding a partial sum to one keeps it pending); the next probes
+        carry the partial sums found, dropping each the body does not keep, until none drops."""
+        body = op.regions[1]
+        dims = [self.prop.shardings[v].without_partial() for v in body.inputs]
+        starts = {
+            v for v, operand in zip(body.inputs, op.operands, strict=True) if self.zeros(operand)
+        }
+        pending = self.left_partial(body, dims, {}, starts) if starts else {}
+        while pending:
+            kept = self.left_partial(body, dims, pending, set())
+            dropped = [i for i in pending if kept.get(i) != pending[i]]
+            if not dropped:
+                break
+            for i in dropped:
+                del pending[i]
+        return [Sharding(d.dims, pending.get(i, ())) for i, d in enumerate(dims)]
+
+    def left_partial(
+        self, body: Graph, dims: list[Sharding], pending: dict[int, Axes], zero_like: set[Value]
+    ) -> dict[int, Axes]:
+        """The partial sums a probe of the loop's body leaves on its carried values (by index),
+        its inputs carried as `dims` with `pending` sums, `zero_like` inputs read as zeros."""
+        probe = _Partitioner(body, self.prop, self.mesh, {}, outer=self)
+        probe.zero_like = zero_like
+        tried = [Sharding(d.dims, pending.get(i, ())) for i, d in enumerate(dims)]
+        _, left = probe.region(tried, None)
+        return {
+            i: s.partial
+            for i, (s, d) in enumerate(zip(left, dims, strict=True))
+            if s.partial and s.dims == d.dims and (body.inputs[i] in zero_like or i in pending)
+        }
+
+    def carried_operand(self, value: Value, carried: Sharding, op: Op, why: str) -> Value:
+        """A loop's operand as its carried sharding; zeros are a partial sum as they are."""
+        if carried.partial:
+            return self.operand(value, carried.without_partial(), op, why)
+        return self.operand(value, carried, op, why)
 
     def try_sharded(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> bool:
         results = [project(d, axes) for d in factors.results]
@@ -233,6 +355,8 @@ class _Partitioner:
 
     def zeros(self, value: Value) -> bool:
         """Whether `value` is all zeros by construction (a zero constant, or its broadcast)."""
+        if value in self.zero_like:
+            return True
         op = self.producers.get(value)
         if op is not None and op.name == "broadcast_in_dim":
             op = self.producers.get(op.operands[0])
@@ -244,14 +368,29 @@ class _Partitioner:
         the sums, so one collective finishes it later instead of one per operand. A zero
         operand (an accumulator's start) adds nothing, so a gradient accumulated over
         micro-batches stays a partial sum until it is read, and is reduced once."""
-        if op.name in _VIEWS:
-            # A view of a sum read by this view alone (else finishing it once serves all).
-            (x,) = op.operands
+        if op.name in _VIEWS or self.sums_alone(op):
+            # A view or sum of a sum read by it alone (else finishing it once serves all).
+            x = op.operands[0]
             return self.local[x][1].partial if self.uses[x] == 1 else ()
         if op.name not in _LINEAR:
             return ()
-        pending = {self.local[v][1].partial for v in op.operands if not self.zeros(v)}
+        # An update written into a sum is a sum: the indices are not among the terms.
+        terms = op.operands[:2] if op.name == "dynamic_update_slice" else op.operands
+        pending = {self.local[v][1].partial for v in terms if not self.zeros(v)}
         return pending.pop() if len(pending) == 1 else ()
+
+    def sums_alone(self, op: Op) -> bool:
+        """A sum of one tensor's elements from zero, a broadcast that only adds unit dims (a
+        reshape), or a cast to a float type no wider (the sum of the casts is the cast of the
+        sum to rounding, as Poplar reduces gradients in their own type): the same on a partial
+        sum as on the whole, and no larger."""
+        if op.name == "reduce":
+            return reduction_kind(op) == "sum" and self.zeros(op.operands[1])
+        if op.name == "convert":
+            (x,), (y,) = op.operands, op.results
+            floats = np.issubdtype(x.dtype, np.floating) and np.issubdtype(y.dtype, np.floating)
+            return floats and y.dtype.itemsize <= x.dtype.itemsize
+        return op.name == "broadcast_in_dim" and op.results[0].size == op.operands[0].size
 
     def emit_local(
         self,

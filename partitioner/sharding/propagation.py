@@ -221,8 +221,9 @@ def propagate_shardings(
             known[result] = Sharding(op.attrs["dim_axes"])
             origins[result] = f"with_sharding_constraint at {op.loc}"
             fixed.add(result)
-    ops = list(graph.ops)
-    state = _State(known, origins, fixed, {op: FACTOR_RULES[op.name](op) for op in ops})
+    ops, ties = _with_loop_bodies(graph)
+    rules = {op: ties.get(op) or FACTOR_RULES[op.name](op) for op in ops}
+    state = _State(known, origins, fixed, rules)
     for _ in range(_MAX_SWEEPS):
         forward = _sweep(ops, state)
         backward = _sweep(ops[::-1], state)
@@ -238,13 +239,51 @@ def propagate_shardings(
         op: state.decided[op]
         if not state.stale(op)
         else decide_factors(op, state.factors[op], known, fixed)
-        for op in graph.ops
+        for op in ops
+        if op not in ties
     }
-    return Propagated(known, origins, op_factors, state.factors)
+    factors = {op: f for op, f in state.factors.items() if op not in ties}
+    return Propagated(known, origins, op_factors, factors)
+
+
+def _with_loop_bodies(graph: Graph) -> tuple[list[Op], dict[Op, Factors]]:
+    """The ops propagation visits: the graph's, and inside each `while` its condition's and
+    body's, joined by ties (identity factor rules) that give a carried value one sharding as the
+    loop's operand, its condition's and body's input, its body's output and its result. Sweeps
+    to a fixed point then find shardings the body keeps from one trip to the next."""
+    ops: list[Op] = []
+    ties: dict[Op, Factors] = {}
+
+    def tie(a: Value, b: Value, op: Op) -> None:
+        if a != b:
+            made = Op(op.name, (a,), (b,), {}, (), op.loc)
+            dims = tuple(range(len(a.shape)))
+            ties[made] = Factors((dims,), (dims,), a.shape, rule="loop carry")
+            ops.append(made)
+
+    for op in graph.ops:
+        ops.append(op)
+        if op.name != "while":
+            continue
+        cond, body = op.regions
+        for outer, into_cond, into_body in zip(op.operands, cond.inputs, body.inputs, strict=True):
+            tie(outer, into_body, op)
+            tie(into_body, into_cond, op)
+        for region in (cond, body):
+            inner, inner_ties = _with_loop_bodies(region)
+            ops += inner
+            ties.update(inner_ties)
+        for out, back, result in zip(body.outputs, body.inputs, op.results, strict=True):
+            tie(out, back, op)
+            tie(out, result, op)
+    return ops, ties
 
 
 def _all_values(graph: Graph) -> list[Value]:
     values = list(graph.inputs)
     for op in graph.ops:
         values.extend(op.results)
+        if op.name == "while":
+            for region in op.regions:
+                values.extend(_all_values(region))
     return values

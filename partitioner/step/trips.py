@@ -77,6 +77,17 @@ def _open(program: Program, made: Mapping[Value, Op], top: bool) -> Iterator[Ope
             yield from _open(region, {**made, **producers(graph)}, top=False)
 
 
+def unfissioned_loops(program: Program, made: Mapping[Value, Op]) -> tuple[tuple[Op, str], ...]:
+    """A phased program's counted loops that stay one task (the others are laid out inline,
+    phase-major: `phases.loops`), each with why."""
+    why = "a value it carries is read and rewritten in different phases"
+    return tuple(
+        (t.op, why)
+        for t in program.tasks
+        if t.op.name == "while" and counted_trips(t.op, made) is not None
+    )
+
+
 def limited_loops(program: Program, made: Mapping[Value, Op]) -> tuple[tuple[Op, str], ...]:
     """The program's counted loops that `lowering.unroll_loops` left whole at its limit, each
     with why (`lowering.unroll_limit`)."""

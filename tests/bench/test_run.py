@@ -59,10 +59,12 @@ def test_spmd_counts_collectives_on_both_sides(sections: dict[str, Section]) -> 
 def test_goals_are_judged(sections: dict[str, Section]) -> None:
     goals = [g for s in sections.values() for g in s.goals]
     # run and compile one per mesh, the outputs' agreement, two for the cost-only compile, one
-    # per memory program, one for the CNN step's run time, one for the fidelity band
+    # per memory program, one for the CNN step's run time, two scans' first calls and two for
+    # GPT-3 at PopXL's batch (loops), one for the fidelity band
     meshes = len(QUICK.meshes)
-    assert len(goals) == 2 * meshes + 1 + 2 + len(QUICK.memory_programs) + 1 + 1
+    assert len(goals) == 2 * meshes + 1 + 2 + len(QUICK.memory_programs) + 1 + 2 + 2 + 1
     assert any(what.startswith("CNN run time ratio") for what, _ in goals)
+    assert sum(what.startswith("scan first call ratio") for what, _ in goals) == 2
     assert all(isinstance(met, bool) for _, met in goals)
     assert any(what.startswith("outputs agree") and met for what, met in goals)
 

@@ -53,10 +53,11 @@ def test_phases_by_layer_with_gradient_accumulation(
     assert "check passed: 2 steps" in capsys.readouterr().out
     phases = [p["name"] for p in json.loads(report.read_text())["phases"]]
     # A forward and a backward phase per layer, whatever the number of micro-batches (they
-    # run phase-major); the global-norm clip adds layer 1's optimizer phase.
+    # run phase-major); the global-norm clip adds layer 1's optimizer phase (or two rounds of
+    # them, where the gradients are whole only after the loop: their norm, then the update).
     for layer in ("layer0", "layer1"):
         assert layer in phases and f"{layer} (backward)" in phases
-    assert "layer1 (optimizer)" in phases
+    assert [p for p in phases if p.startswith("layer1 (optimizer")], phases
 
 
 def test_micro_batches_must_split_the_batch(

@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 
 import ipujax
 
-NAMES = ["tiny", "gpt2_small", "gpt2_medium", "gpt3_175b"]
+NAMES = ["tiny", "gpt2_small", "gpt2_medium", "gpt3_175b", "gpt3_175b_popxl", "gpt3_175b_unscoped"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -183,13 +183,14 @@ def test_gradients_accumulated_over_micro_batches_are_all_reduced_once() -> None
     jitted = ipujax.jit(accumulated_step, mesh=mesh, in_shardings=specs, collective_buffer_bytes=0)
     compiled = jitted.lower(params, xs, ys).compile()
     _assert_close(compiled(params, xs, ys), jax.jit(accumulated_step)(params, xs, ys))
-    # The weights' gradients stay partial sums, added on each IPU micro-batch after
-    # micro-batch (through views: the dense layer's is a transpose), and are AllReduced once,
-    # after the loop; the rest (the statistics of the global batch norm, its scale's and
-    # bias's gradients, which pass a broadcast) once per micro-batch.
+    # Every gradient stays a partial sum, the loop's accumulators carrying it from micro-batch
+    # to micro-batch on each IPU (through views: the dense layer's is a transpose, the batch
+    # norm's scale and bias pass a unit-dim broadcast), and is AllReduced once, after the
+    # loop; the statistics of the global batch norm, and the loss, once per micro-batch.
     one, _, _ = _compile((4,), ("dp",), None, batch=8)
     single = len(one.cost_report().collectives)
     collectives = compiled.cost_report().collectives
     once = sorted(c.bytes_per_ipu for c in collectives if c.why.startswith("an output"))
-    assert once == sorted(int(2 * 3 * params[w].nbytes / 4) for w in ("w1", "w2", "wo"))
+    reduced = [int(2 * 3 * value.nbytes / 4) for value in params.values()]
+    assert once == sorted(reduced)
     assert len(collectives) == 2 * single - len(once)

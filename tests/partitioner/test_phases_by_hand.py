@@ -130,15 +130,20 @@ def test_replicated_tensor_sharding_over_two_replicas() -> None:
 
 
 def test_gradient_accumulation_loads_each_weight_once_per_phase() -> None:
-    """A scan over two micro-batches runs phase-major: both micro-batches of a layer in its
-    phase, so the weights stream as often as without accumulation; only the batch doubles."""
+    """A scan over two micro-batches runs phase-major, laid out inline: both micro-batches of a
+    layer in its phase, so a phase loads its weight once whatever the trips (layer 0's forward
+    phase the stacked batch too, 2X). The accumulated gradients stay on chip (they fit); the
+    update after the loop runs in each layer's optimizer phase, as PopXL's do, loading and
+    storing its weight, but layer 0's, whose backward phase is the loop's last, runs there
+    (with the loss's store)."""
     ws, x = _args()
     xs = np.stack([x, x[::-1]])
     report = _phased(accumulated, _mesh(), ws, xs)
     phases = report.phases
-    assert [p.name for p in phases] == NAMED
-    assert [p.load_bytes for p in phases] == [W + 2 * X, W, W, W, W, W, W, W]
-    assert [p.store_bytes for p in phases] == STORES
+    later = [f"layer{i} (optimizer)" for i in range(1, LAYERS)]
+    assert [p.name for p in phases] == NAMED + later
+    assert [p.load_bytes for p in phases] == [W + 2 * X] + [W] * (len(phases) - 1)
+    assert [p.store_bytes for p in phases] == [0] * 7 + [W + 4] + [W] * len(later)
 
 
 # ---- a 12-layer MLP trained with clipped Adam ----------------------------------------------

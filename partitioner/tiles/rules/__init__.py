@@ -1,7 +1,7 @@
 """Tile rules: how each op runs on tiles. One rule per op of the vocabulary.
 
 A rule maps an op onto tiles and returns a `Task`: the layouts of its results, the supersteps it
-costs, and a kernel that computes its results. There are five kinds:
+costs, and a kernel that computes its results. Its kinds:
 
 - elementwise ops follow their operands' layout, and each tile applies the op to its block;
 - dot_general is planned as PopLibs plans a matmul (`matmul_plan`): operands are exchanged into
@@ -13,6 +13,8 @@ costs, and a kernel that computes its results. There are five kinds:
   nothing and hold no storage of their own;
 - convolution is planned the same way, its rows the output positions and its depth the input
   channels times the kernel positions (`conv`);
+- collectives and halo exchanges run as whole-tensor kernels whose superstep carries their
+  IPU-Link cycles and syncs only their group (`collective`);
 - every other op (data movement, gather and scatter, sort, windows, control flow) runs as
   one kernel over the whole tensor, costed as an exchange that brings each result tile its block
   plus the op's work spread evenly over the result's tiles.
@@ -30,7 +32,7 @@ percent on one IPU (benchmarks/RESULTS.md).
 from __future__ import annotations
 
 from lowering import COLLECTIVES, ELEMENTWISE
-from partitioner.tiles.rules.collective import collective_tile_rule
+from partitioner.tiles.rules.collective import collective_tile_rule, halo_tile_rule
 from partitioner.tiles.rules.common import TileRule
 from partitioner.tiles.rules.conv import convolution_tile_rule
 from partitioner.tiles.rules.elementwise import elementwise_tile_rule
@@ -60,6 +62,7 @@ TILE_RULES: dict[str, TileRule] = {
     **dict.fromkeys(ELEMENTWISE, elementwise_tile_rule),
     **dict.fromkeys(COLLECTIVES, collective_tile_rule),
     **dict.fromkeys(_WHOLE, whole_tensor_tile_rule),
+    "halo_exchange": halo_tile_rule,
     "constant": constant_tile_rule,
     "reshape": reshape_tile_rule,
     "broadcast_in_dim": broadcast_tile_rule,

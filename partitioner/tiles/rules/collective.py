@@ -1,16 +1,18 @@
-"""Collectives over IPU-Links: a whole-tensor kernel whose superstep carries the ring's link
-cycles, syncs only its group, and records the collective for the report."""
+"""Collectives and halo exchanges over IPU-Links: a whole-tensor kernel whose superstep
+carries the link cycles (a ring's, or one step of it each way for a halo), syncs only its group,
+and records the transfer for the report."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from lowering import Op, Value
-from partitioner.cost.links import collective_buffer
-from partitioner.layout import Layout
+from partitioner.cost.links import collective_buffer, halo_edges
+from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Task, collective_step
 from partitioner.tiles.context import MappingContext
-from partitioner.tiles.rules.whole import whole_tensor_tile_rule
+from partitioner.tiles.rules.common import make_step
+from partitioner.tiles.rules.whole import whole_kernel, whole_tensor_tile_rule
 
 
 def collective_tile_rule(
@@ -25,3 +27,30 @@ def collective_tile_rule(
     why = f"{op.attrs.get('why', '')}; over {ring.route}"
     step = collective_step(on_chip, op.name, axes, ctx.links.group(axes), ring, why)
     return dataclasses.replace(task, supersteps=(step,))
+
+
+def halo_tile_rule(
+    op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
+) -> Task:
+    """A halo exchange: the edge rows go to the neighbouring IPUs over IPU-Links
+    (`LinkModel.halo`), and the extended block lands on the tiles of its result, each tile
+    receiving its block as a gathering collective's result does (nothing is computed)."""
+    if ctx.links is None:
+        raise ValueError(f"{op.name} needs a mesh of IPUs to run on")
+    (result,) = op.results
+    out = ctx.linear(result)
+    block = tile_bytes(out, result.dtype)
+    on_chip = make_step(
+        op,
+        "",
+        ctx.target,
+        tiles=out.tiles,
+        start=out.start,
+        busiest_bytes=block,
+        exchange_bytes=block * out.tiles,
+    )
+    axes = tuple(op.attrs["axes"])
+    ring = ctx.links.halo(axes, *halo_edges(op))
+    why = f"{op.attrs.get('why', '')}; to the neighbours over {ring.route}"
+    step = collective_step(on_chip, op.name, axes, ctx.links.group(axes), ring, why)
+    return Task(op, inputs, layouts, (out,), whole_kernel(op, inputs), (step,))

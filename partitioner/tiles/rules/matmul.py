@@ -171,15 +171,18 @@ def with_less_memory(
 ) -> Task:
     """The matmul re-planned to hold at most `budget` bytes of temporaries per tile where it
     can (`matmul_plan.with_budget`); a new grid's result is exchanged into the old result's
-    layout, which the ops after it read."""
+    layout, which the ops after it read. A task charged a loop's trips stays charged them."""
     matmul = _matmul(task.op, producers)
     plan = with_budget(matmul, target, budget)
     planned = _planned(task.op, task.inputs, task.input_layouts, plan, matmul, target)
     (old,), (new,) = task.result_layouts, planned.result_layouts
-    if new == old:
-        return planned
-    steps = (*planned.supersteps, relayout_step(task.op, old, target))
-    return dataclasses.replace(planned, result_layouts=(old,), supersteps=steps)
+    steps = planned.supersteps
+    if new != old:
+        steps = (*steps, relayout_step(task.op, old, target))
+    # A loop's body task laid out inline keeps its trips (`phases.loops`).
+    return dataclasses.replace(
+        planned, result_layouts=(old,), supersteps=steps * task.trips, trips=task.trips
+    )
 
 
 def shrunk_by(task: Task, over: int, producers: Mapping[Value, Op], target: Target) -> Task:
