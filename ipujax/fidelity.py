@@ -223,42 +223,57 @@ def _example(path: str) -> ModuleType:
 
 
 RESNET_MICRO_BATCH, RESNET_ACCUMULATION = 18, 57  # Graphcore's resnet50_mk2 config
+# Graphcore's Bow ResNet-50 figures (TensorFlow 1, pre-SDK 2.5): 20 images per replica and
+# micro-batch, batches of 1,920 on a Pod16, 2,560 on a Pod64 and 10,240 on a Pod256.
+BOW_RESNET_MICRO_BATCH = 20
 
 
-def _resnet50_pod16() -> tuple[float, str]:
-    """ResNet-50 training, data parallel over an MK2 Pod16 as Graphcore's config ran it: 18
-    images per replica and micro-batch, batch norm over each replica's own batch, fp16, SGD
-    with momentum, 8-bit images, blocks recomputed, 57 micro-batches' gradients accumulated
-    per update. The whole step is compiled (cost only): a loop over the 57 micro-batches, each
-    IPU's gradients carried as partial sums and reduced once after it, then the update; images
-    per second = 57 x 18 x 16 / the step's seconds."""
-    workloads = _example("resnet/workloads.py")
-    data_parallel = workloads.sharding.KNOWN_AXES[0]  # the axis the example splits images over
-    mesh = make_mesh((16,), (data_parallel,), target=Target.mk2())
-    fun, args, kwargs = workloads.resnet50(
-        mesh, batch_per_replica=RESNET_MICRO_BATCH, accumulation=RESNET_ACCUMULATION
-    )
-    compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
-    report = compiled.cost_report()
+def _resnet50(
+    target: Target, replicas: int, micro_batch: int, accumulation: int
+) -> Callable[[], tuple[float, str]]:
+    """ResNet-50 training, data parallel over `replicas` IPUs as Graphcore's configs ran it:
+    `micro_batch` images per replica and micro-batch, batch norm over each replica's own batch,
+    fp16, SGD with momentum, 8-bit images, blocks recomputed, `accumulation` micro-batches'
+    gradients summed per update. The whole step is compiled (cost only): a loop over the
+    micro-batches, each IPU's gradients carried as partial sums and reduced once after it,
+    then the update; images per second = accumulation x micro-batch x replicas / the step's
+    seconds."""
+
+    def figure() -> tuple[float, str]:
+        workloads = _example("resnet/workloads.py")
+        data_parallel = workloads.sharding.KNOWN_AXES[0]  # the axis the example splits over
+        mesh = make_mesh((replicas,), (data_parallel,), target=target)
+        fun, args, kwargs = workloads.resnet50(
+            mesh, batch_per_replica=micro_batch, accumulation=accumulation
+        )
+        compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
+        report = compiled.cost_report()
+        images = accumulation * micro_batch * replicas
+        return images / report.seconds, _resnet_derivation(report, micro_batch, accumulation)
+
+    return figure
+
+
+def _resnet_derivation(report: CostReport, micro_batch: int, accumulation: int) -> str:
     split = report.time_split()
-    images = RESNET_ACCUMULATION * RESNET_MICRO_BATCH * 16
-    rate = images / report.seconds
+    images = accumulation * micro_batch * report.ipus
     per_micro = {
-        name: split[name] / RESNET_ACCUMULATION * 1e3
+        name: split[name] / accumulation * 1e3
         for name in ("compute", "copies", "exchange", "sync", "host")
     }
     parts = ", ".join(f"{name} {ms:.2f}" for name, ms in per_micro.items())
-    derivation = (
-        f"the step is a loop over {RESNET_ACCUMULATION} micro-batches of "
-        f"{RESNET_MICRO_BATCH} images per IPU, {sum(per_micro.values()):.2f} ms each on average "
-        f"({parts}, the host IO that of the 8-bit images), then the gradients' AllReduce "
-        f"{split['collectives'] * 1e3:.2f} ms once, after the loop, and the update; peak tile "
-        f"memory {report.peak_tile_bytes:,} of {report.bytes_per_tile:,} B (fits: "
+    (route,) = {c.why.rsplit("; over ", 1)[-1] for c in report.collectives} or {"no links"}
+    return (
+        f"the step is a loop over {accumulation} micro-batches of {micro_batch} images per IPU, "
+        f"{sum(per_micro.values()):.2f} ms each on average ({parts}, the host IO that of the "
+        f"8-bit images), then the gradients' AllReduce {split['collectives'] * 1e3:.2f} ms once, "
+        f"after the loop, over {route}, and the update; peak tile memory "
+        f"{report.peak_tile_bytes:,} of {report.bytes_per_tile:,} B (fits: "
         f"{'yes' if report.fits else 'no'}). {images:,} images / {report.seconds * 1e3:.1f} ms "
-        f"= {rate:,.0f} images/s. `ipujax cost-report examples/resnet/workloads.py:resnet50 "
-        f"--mesh dp=16 --target mk2` shows one micro-batch's step."
+        f"= {images / report.seconds:,.0f} images/s. `ipujax cost-report "
+        f"examples/resnet/workloads.py:resnet50 --mesh dp={report.ipus} --target "
+        f"{report.target}` shows one micro-batch's step."
     )
-    return rate, derivation
 
 
 def _bert_large(replicas: int, microbatches: int) -> Callable[[], tuple[float, str]]:
@@ -357,10 +372,32 @@ FIGURES: tuple[Figure, ...] = (
         "'about 26,000 images per second' on a Pod16 with TensorFlow; the configuration is "
         "that of graphcore/examples vision/cnns/pytorch configs.yml resnet50_mk2: 18 images "
         "per replica, 16 replicas, batch norm, 16.16, gradient accumulation 57, 8-bit IO",
-        _resnet50_pod16,
+        _resnet50(Target.mk2(), 16, RESNET_MICRO_BATCH, RESNET_ACCUMULATION),
         "a loop over 57 micro-batches, then one gradient AllReduce, data parallel on 16 IPUs",
         **WHOLE_SYSTEM,
         ipus=16,
+    ),
+    *(
+        Figure(
+            f"ResNet-50 training throughput, fp16, Bow {pod} ({ipus} replicas)",
+            published,
+            "images/s",
+            "graphcore.ai performance results (pre-SDK 2.5 table, as mirrored at "
+            f"graphcore.cn/performance-results): ResNet-50 v1.5, Bow {pod}, TensorFlow 1, "
+            f"ImageNet, 16.16, batch {batch:,}, {published:,} images/s; the batch is {ipus} "
+            f"replicas x {BOW_RESNET_MICRO_BATCH} images x {batch // (ipus * 20)} accumulated "
+            "micro-batches (graphcore/examples vision/cnns tensorflow1 configs)",
+            _resnet50(Target.bow(), ipus, BOW_RESNET_MICRO_BATCH, batch // (ipus * 20)),
+            f"a loop over {batch // (ipus * 20)} micro-batches, then one gradient AllReduce, "
+            f"data parallel on {ipus} IPUs",
+            **WHOLE_SYSTEM,
+            ipus=ipus,
+        )
+        for pod, ipus, batch, published in (
+            ("Pod16", 16, 1920, 42029),
+            ("Pod64", 64, 2560, 145287),
+            ("Pod256", 256, 10240, 425514),
+        )
     ),
     Figure(
         "BERT-Large pretraining phase 1 (seq 128), Bow Pod16, 4 replicas x 4 pipeline stages",
@@ -453,12 +490,18 @@ _FOOTER = """
 - The strided copy of 126,283 cycles next to the Q.K^T above, in the same ViT profile: the
   profile does not give the copy's shape or strides, so its program cannot be rebuilt. The copy
   rates it would run at are in docs/target.md ("On-tile copies").
-- Graphcore's later ResNet-50 figures, for context: 30,000 images/s on an MK2 Pod16 in MLPerf
-  v1.1 (with distributed batch norm, LARS and other optimisations described in Graphcore's
-  "Accelerating ResNet-50 training on the IPU for MLPerf", January 2022) and 42,029 on a Bow
-  Pod16 (graphcore.ai performance results, TensorFlow, pre-SDK 2.5). ipujax's model of the
-  configuration above is not tuned to them; against them it reads low (see the ResNet-50 row's
-  derivation: compute, exchange and host IO are charged with nothing overlapped).
+- Graphcore's MLPerf v1.1 ResNet-50, 30,000 images/s on an MK2 Pod16 (with distributed batch
+  norm, LARS and other optimisations described in Graphcore's "Accelerating ResNet-50 training
+  on the IPU for MLPerf", January 2022): its configuration differs from the example's.
+- The Bow ResNet-50 rows across Pod sizes: Graphcore's throughput per IPU falls 14% from a
+  Pod16 to a Pod64 and 37% to a Pod256; ipujax's falls 10% and 11%. Its Pod16 and Pod64 read
+  low for one micro-batch's step (about 12 ms for 20 images, compute, exchange and host IO
+  charged with nothing overlapped, the same gap as the MK2 row, where fitting step =
+  micro-batches x micro-batch + AllReduce to the three published figures implies about 7 ms);
+  its Pod256 reads nearer because its gradients' AllReduce runs level by level across the
+  Pod64s (docs/target.md, "IPU-Links and systems") in 3.4 ms, where the fit implies about
+  10 ms. What else a Pod256 pays (the host's feeding of 425,000 images a
+  second over 64 hosts, the Gateway-Links' latency) is not modelled.
 - Graphcore's packed BERT-Large figures (PopART 6,044 and PyTorch 5,592 sequences/s on a Bow
   Pod16, 22,759 and 18,494 on a Bow Pod64, SDK 3.1) count the sequences in packs of up to 3 per
   128 tokens (packing factor about 1.17); the rows above are the unpacked runs.

@@ -180,12 +180,22 @@ class LinkModel:
 
     def ring(self, kind: str, axes: Sequence[str], buffer_bytes: int) -> Ring:
         group = self.group(axes)
+        sync = global_sync_cycles(self.target, group)
+        levels = self.levels(axes) if kind in _HIERARCHICAL else None
+        if levels is not None:
+            return _hierarchical(self.target, self.system, kind, buffer_bytes, levels, sync)
         sent, steps = ring_bytes(kind, buffer_bytes, group)
         path = self.path(axes)
         rate = ring_bytes_per_second(self.target, self.system, path)
         cycles = link_cycles(self.target, sent, steps, rate)
-        sync = global_sync_cycles(self.target, group)
         return Ring(sent, steps, cycles, sync, path.route, path.links_per_direction)
+
+    def levels(self, axes: Sequence[str]) -> Levels | None:
+        """A group spread over several Pod64s, with several IPUs in each, as GCL runs its
+        collectives: rings inside each Pod64 and a ring of one IPU per Pod64 over the
+        Gateway-Links; None for a group inside one Pod64 or of one IPU per Pod64."""
+        sizes = tuple(self.sizes.items())
+        return _levels(sizes, self.placement, tuple(axes), self.target, self.system)
 
     def halo(self, axes: Sequence[str], forward: int, backward: int) -> Ring:
         """A halo exchange along `axes`: `forward` bytes to the next IPU and `backward` to the
@@ -196,6 +206,74 @@ class LinkModel:
         cycles = link_cycles(self.target, max(forward, backward), 1, one_way)
         sync = global_sync_cycles(self.target, self.group(axes))
         return Ring(forward + backward, 1, cycles, sync, path.route, path.links_per_direction)
+
+
+class Levels(NamedTuple):
+    """A group as GCL's hierarchy runs it: `inner` IPUs of it in each Pod64 on the slowest
+    inner ring's `inner_path`, and `outer` Pod64s joined by `outer_path`."""
+
+    inner: int
+    outer: int
+    inner_path: RingPath
+    outer_path: RingPath
+
+
+# Collectives GCL runs level by level across Pod64s (docs/target.md, "IPU-Links and systems").
+_HIERARCHICAL = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _levels(
+    sizes: tuple[tuple[str, int], ...],
+    placement: tuple[str, ...],
+    axes: tuple[str, ...],
+    target: Target,
+    system: System,
+) -> Levels | None:
+    """`LinkModel.levels`, kept per mesh and axes."""
+    model = LinkModel(dict(sizes), placement, target, system)
+    ipus = math.prod(size for _, size in sizes)
+    per_pod = system.ipus_per_pod64
+    groups = model.groups(axes)
+    pods = {i // per_pod for i in groups[0]}
+    inner = len(groups[0]) // len(pods)
+    if len(pods) < 2 or inner < 2:
+        return None
+    parts = [[i for i in g if i // per_pod == p] for g in groups for p in {i // per_pod for i in g}]
+    inner_paths = {ring_path(part, ipus, system, target) for part in parts}
+    rate = functools.partial(ring_bytes_per_second, target, system)
+    inner_path = min(inner_paths, key=lambda p: (rate(p), p.route))
+    leaders = sorted({min(part): None for part in parts if min(part) in groups[0]})
+    outer_path = ring_path([i for i in groups[0] if i in leaders], ipus, system, target)
+    return Levels(inner, len(pods), inner_path, outer_path)
+
+
+def _hierarchical(
+    target: Target, system: System, kind: str, buffer: int, levels: Levels, sync: int
+) -> Ring:
+    """A collective level by level: an AllReduce reduce-scatters inside each Pod64, all-reduces
+    its 1/inner shard across the Pod64s and all-gathers inside again; a ReduceScatter is the
+    first two, an AllGather the outer gather of the shards then the inner one. Each level's
+    ring at its own rate and with its own steps' latency."""
+    inner, outer = (levels.inner, levels.inner_path), (levels.outer, levels.outer_path)
+    shard = math.ceil(buffer / levels.inner)
+    stages = {
+        "all_reduce": [
+            ("reduce_scatter", buffer, inner),
+            ("all_reduce", shard, outer),
+            ("all_gather", buffer, inner),
+        ],
+        "reduce_scatter": [("reduce_scatter", buffer, inner), ("reduce_scatter", shard, outer)],
+        "all_gather": [("all_gather", shard, outer), ("all_gather", buffer, inner)],
+    }[kind]
+    sent = steps = cycles = 0
+    for stage, size, (count, path) in stages:
+        stage_sent, stage_steps = ring_bytes(stage, size, count)
+        rate = ring_bytes_per_second(target, system, path)
+        sent, steps = sent + stage_sent, steps + stage_steps
+        cycles += link_cycles(target, stage_sent, stage_steps, rate)
+    route = f"{levels.inner_path.route}, then {levels.outer_path.route}"
+    return Ring(sent, steps, cycles, sync, route, levels.inner_path.links_per_direction)
 
 
 @functools.lru_cache(maxsize=1024)

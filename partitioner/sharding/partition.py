@@ -63,6 +63,8 @@ class Partitioned:
 # Ops that are sums of their operands' terms: applied to partial sums, a partial sum.
 _LINEAR = frozenset({"add", "subtract", "negate", "dynamic_update_slice"})
 _VIEWS = frozenset({"reshape", "transpose"})
+# Ops that scale their operands: a scalar partial sum times or over a whole value is one.
+_SCALINGS = frozenset({"multiply", "divide"})
 
 
 def _max_id(graph: Graph) -> int:
@@ -239,7 +241,9 @@ class _Partitioner:
             if kept is None:
                 return
             axes = kept
-        if not axes or not self.try_sharded(op, factors, axes):
+        # An op with nothing to split (a scalar's) still keeps a sum pending through it.
+        sharded = (axes or self.pending_through(op)) and self.try_sharded(op, factors, axes)
+        if not sharded:
             self.whole(op, factors)
 
     def loop(self, op: Op) -> None:
@@ -372,12 +376,26 @@ class _Partitioner:
             # A view or sum of a sum read by it alone (else finishing it once serves all).
             x = op.operands[0]
             return self.local[x][1].partial if self.uses[x] == 1 else ()
+        if op.name in _SCALINGS:
+            return self.scaled_sum(op)
         if op.name not in _LINEAR:
             return ()
         # An update written into a sum is a sum: the indices are not among the terms.
         terms = op.operands[:2] if op.name == "dynamic_update_slice" else op.operands
         pending = {self.local[v][1].partial for v in terms if not self.zeros(v)}
         return pending.pop() if len(pending) == 1 else ()
+
+    def scaled_sum(self, op: Op) -> Axes:
+        """A scalar partial sum times, or over, a value every IPU of its axes holds alike (a
+        mean's count), read by this op alone (else finishing it once serves all): the sum of
+        the scaled terms is the scaled sum. Only scalars (a loss): a tensor's sum finished
+        before it is scaled is finished where the combiner can join it with its neighbours."""
+        if op.results[0].shape:
+            return ()
+        (x, y), (a, b) = op.operands, (self.local[v][1].partial for v in op.operands)
+        if op.name == "divide" or not b:
+            return a if a and not b and self.uses[x] == 1 else ()
+        return b if not a and self.uses[y] == 1 else ()
 
     def sums_alone(self, op: Op) -> bool:
         """A sum of one tensor's elements from zero, a broadcast that only adds unit dims (a

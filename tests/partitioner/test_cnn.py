@@ -186,11 +186,50 @@ def test_gradients_accumulated_over_micro_batches_are_all_reduced_once() -> None
     # Every gradient stays a partial sum, the loop's accumulators carrying it from micro-batch
     # to micro-batch on each IPU (through views: the dense layer's is a transpose, the batch
     # norm's scale and bias pass a unit-dim broadcast), and is AllReduced once, after the
-    # loop; the statistics of the global batch norm, and the loss, once per micro-batch.
+    # loop, as is the summed loss (a mean: a sum over a count); the statistics of the global
+    # batch norm, once per micro-batch.
     one, _, _ = _compile((4,), ("dp",), None, batch=8)
     single = len(one.cost_report().collectives)
     collectives = compiled.cost_report().collectives
     once = sorted(c.bytes_per_ipu for c in collectives if c.why.startswith("an output"))
     reduced = [int(2 * 3 * value.nbytes / 4) for value in params.values()]
-    assert once == sorted(reduced)
+    assert once == sorted([*reduced, 2 * 3 * 4 // 4])  # and the loss, one float32
     assert len(collectives) == 2 * single - len(once)
+
+
+def _reduced_per_step(micro_batches: int) -> list[tuple[str, int]]:
+    """The all-reduces of a data-parallel step over `micro_batches` micro-batches of 8 images
+    per replica (batch norm over each replica's own, as Graphcore ran ResNet-50), combined as
+    the partitioner combines them: (kind, bytes per IPU), in order."""
+    params, x, y = make_args(8 * 4 * micro_batches)
+    mesh = ipujax.make_mesh((4,), ("dp",), target=TARGET)
+    specs = {k: P() for k in params}
+    if micro_batches == 1:
+        fun = lambda p, x, y: step(p, x, y, groups=4)  # noqa: E731
+        args, batch = (params, x, y), P("dp")
+    else:
+
+        def fun(p, xs, ys):
+            def body(carry, xy):
+                return jax.tree.map(jnp.add, carry, step(p, *xy, groups=4)), None
+
+            zero = jax.tree.map(jnp.zeros_like, (jnp.zeros(()), p))
+            return lax.scan(body, zero, (xs, ys))[0]
+
+        shape = lambda a: a.reshape(micro_batches, -1, *a.shape[1:])  # noqa: E731
+        args, batch = (params, shape(x), shape(y)), P(None, "dp")
+    jitted = ipujax.jit(fun, mesh=mesh, in_shardings=(specs, batch, batch))
+    compiled = jitted.lower(*args).compile()
+    assert compiled.partitioned is not None
+    inside = [op for op in compiled.partitioned.graph.ops if op.name == "while" for _ in op.regions]
+    for loop in inside:
+        body = loop.regions[1]
+        assert not [o for o in body.ops if o.name == "all_reduce" and o.operands[0].size > 1]
+    return [(c.kind, c.bytes_per_ipu) for c in compiled.cost_report().collectives]
+
+
+def test_an_accumulated_step_all_reduces_each_gradient_once() -> None:
+    """Over 6 micro-batches, the same all-reduces as over one: every gradient (batch norm's
+    scale and bias included) is carried as a partial sum through the loop and reduced once,
+    after it, combined into the same buffers."""
+    assert _reduced_per_step(6) == _reduced_per_step(1)

@@ -51,40 +51,41 @@ def _all_reduces(graph: Graph) -> list[Op]:
 def test_the_gradients_go_as_one_all_reduce() -> None:
     compiled = _compiled()
     assert_trees_close(compiled(*_args()), jax.jit(_step)(*_args()))
-    # The partitioner sums the loss and each of the three gradients over dp; the gradients'
-    # partial sums are all made before the first update reads one, so they run as one.
+    # The partitioner sums the loss and each of the three gradients over dp; the loss's
+    # partial sum stays pending through its mean's division, and every partial sum is made
+    # before the first update reads one, so all four run as one.
     assert len(_all_reduces(compiled.partitioned.graph)) == 4
-    combined = _all_reduces(compiled.built.graph)
-    sizes = sorted(len(op.operands) for op in combined)
-    assert sizes[-1] == 3 and sum(sizes) == 4
-    (grads,) = [op for op in combined if len(op.operands) == 3]
-    assert sorted(x.shape for x in grads.operands) == sorted([W1, W2, W3])
+    (combined,) = _all_reduces(compiled.built.graph)
+    assert sorted(x.shape for x in combined.operands) == sorted([(), W1, W2, W3])
 
 
 def test_one_ring_over_the_sum_of_their_bytes() -> None:
     """Apart, each ring pays its latency and a sync; together, once: the combined record is the
-    ring of 4 x (16x32 + 32x32 + 32x8) bytes, and saves the others' latencies and syncs."""
+    ring of 4 x (16x32 + 32x32 + 32x8 + 1) bytes (the gradients and the loss), and saves the
+    others' latencies and syncs."""
     combined, apart = _compiled(), _compiled(buffer=0)
     mesh = combined.mesh
     links = LinkModel.place(mesh.shape, mesh.target, mesh.system)
-    total = 4 * (16 * 32 + 32 * 32 + 32 * 8)
+    total = 4 * (16 * 32 + 32 * 32 + 32 * 8 + 1)
     ring = links.ring("all_reduce", ("dp",), total)
     together = [c for c in combined.cost_report().collectives if c.bytes_per_ipu > 0]
     big = max(together, key=lambda c: c.bytes_per_ipu)
     assert big.bytes_per_ipu == ring.bytes_per_ipu
     assert big.cycles == ring.link_cycles + ring.sync_cycles
     cycles = [sum(c.cycles for c in r.cost_report().collectives) for r in (combined, apart)]
-    singles = [links.ring("all_reduce", ("dp",), 4 * a * b) for a, b in (W1, W2, W3)]
+    sizes = [a * b for a, b in (W1, W2, W3)] + [1]
+    singles = [links.ring("all_reduce", ("dp",), 4 * n) for n in sizes]
     saved = sum(r.link_cycles + r.sync_cycles for r in singles) - big.cycles
     assert saved > 0 and cycles[1] - cycles[0] == saved
 
 
 def test_the_buffer_bounds_a_group() -> None:
     # In the update's order a (2 KiB), b (4 KiB), c (1 KiB): 6 KiB holds a and b; c, which
-    # would make 7, opens a group of its own (first fit in program order, as the buffer fills).
+    # would make 7, opens a group of its own, which the loss's 4 bytes join (first fit in
+    # program order, as the buffer fills).
     compiled = _compiled(buffer=6144)
-    grads = [op for op in _all_reduces(compiled.built.graph) if op.operands[0].size > 1]
-    assert sorted(len(op.operands) for op in grads) == [1, 2]
+    grads = _all_reduces(compiled.built.graph)
+    assert sorted(len(op.operands) for op in grads) == [2, 2]
     assert all(sum(x.nbytes for x in op.operands) <= 6144 for op in grads)
     assert_trees_close(compiled(*_args()), jax.jit(_step)(*_args()))
 

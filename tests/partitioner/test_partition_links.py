@@ -185,9 +185,15 @@ def test_link_model_ring_over_the_gateway() -> None:
     bow = Target.bow()
     model = LinkModel.place({"b": 64, "a": 4}, bow)
     cost = model.ring("all_reduce", ["b"], 4096)
-    assert (cost.bytes_per_ipu, cost.steps) == (math.ceil(2 * 63 * 4096 / 64), 126)
-    assert cost.route == GATEWAY_ROUTE
-    assert cost.link_cycles == _hand_link_cycles(cost.bytes_per_ipu, 126, 0, 1_850_000_000)
+    # 16 IPUs of the group in each of 4 Pod64s, run level by level: a reduce-scatter round
+    # each Pod64's ring of 16 (15/16 x 4096 = 3,840 bytes, 15 steps, 2 links each way), an
+    # all-reduce of the 256-byte shards across the Pod64s (2 x 3/4 x 256 = 384, 6 steps), an
+    # all-gather inside: the bytes of one flat ring of 64, in 36 steps rather than 126.
+    assert (cost.bytes_per_ipu, cost.steps) == (math.ceil(2 * 63 * 4096 / 64), 36)
+    assert cost.route == f"{POD64}, then {GATEWAY_ROUTE}"
+    inner = _hand_link_cycles(3840, 15, 2, 1_850_000_000)
+    outer = _hand_link_cycles(384, 6, 0, 1_850_000_000)
+    assert cost.link_cycles == 2 * inner + outer
     assert cost.sync_cycles == global_sync_cycles(bow, 64)
     # The 4 IPUs of a machine: a ring 0-1-3-2 whose cross hops have 2 links each way.
     inside = model.ring("all_gather", ["a"], 4096)
@@ -235,7 +241,21 @@ def test_report_cycles_of_a_two_d_ffn() -> None:
     assert dict(zip(axes, routes, strict=True)) == {("tp2",): MACHINE, ("tp1",): POD16}
 
 
-@pytest.mark.parametrize("ipus,route", [(4, MACHINE), (8, POD16), (128, GATEWAY_ROUTE)])
+def test_report_cycles_of_a_data_parallel_sum_over_two_pod64s() -> None:
+    # 128 IPUs, 64 in each of two Pod64s: GCL runs the sum's all-reduce of 4 bytes level by
+    # level: a reduce-scatter round each Pod64's ring (63/64 x 4 -> 4 bytes, 63 steps at
+    # 53.55e9: 1 + 189,000 cycles), an all-reduce of the 1-byte shard across the two Pod64s
+    # (1 byte, 2 steps at 5.3125e9: 1 + 6,000), an all-gather inside (189,001 again).
+    x = jax.ShapeDtypeStruct((256, 8), jnp.float32)
+    compiled = compile_sharded(jnp.sum, mesh((128,), ("dp",)), (x,), (P("dp"),))
+    (cost,) = compiled.cost_report().collectives
+    assert _route(cost.why) == f"{POD64}, then {GATEWAY_ROUTE}"
+    assert (cost.kind, cost.group_size, cost.bytes_per_ipu) == ("all_reduce", 128, 4 + 1 + 4)
+    target = compiled.mesh.target
+    assert cost.cycles == 2 * 189_001 + 6_001 + global_sync_cycles(target, 128)
+
+
+@pytest.mark.parametrize("ipus,route", [(4, MACHINE), (8, POD16)])
 def test_report_cycles_of_a_data_parallel_sum(ipus: int, route: str) -> None:
     # 4: one machine's ring, 2 links per hop each way; 8: two machines of a Pod16, a block
     # whose ring goes up one column and down another, 2 links per hop each way.
