@@ -172,12 +172,27 @@ class CostReport:
             f"streaming {self.streaming_bytes:,} bytes; host {self.host_bytes:,} bytes "
             "(all IPUs)",
             f"supersteps      {len(self.supersteps)}",
+            *(
+                f"collectives     {count} over {route}, {cycles / self.clock_hz * 1e3:.4f} ms"
+                for route, count, cycles in self.collectives_by_route()
+            ),
             *self._pipeline_lines(),
             *(f"caveat          {line}" for line in self.caveats),
         ]
         lines += ["", "cycles by op:"]
         lines += [f"  {cycles:>14,}  {op}" for op, cycles in self.cycles_by_op()[:10]]
         return "\n".join(lines)
+
+    def collectives_by_route(self) -> list[tuple[str, int, int]]:
+        """(route, how many, their cycles) of the step's collectives by the links they run
+        over, most cycles first: a route such as "IPU-Links within a Pod64, then Gateway-Links
+        between Pod64s" is a collective run level by level."""
+        found: dict[str, list[int]] = {}
+        for c in self.collectives:
+            route = c.why.rsplit("; over ", 1)[-1] if "; over " in c.why else "links"
+            found.setdefault(route, []).append(c.cycles)
+        rows = [(route, len(cycles), sum(cycles)) for route, cycles in found.items()]
+        return sorted(rows, key=lambda r: (-r[2], r[0]))
 
     def _pipeline_lines(self) -> list[str]:
         """Pipelined: the stages, micro-batches and bubble, and each stage's figures."""

@@ -269,3 +269,16 @@ def test_report_cycles_of_a_data_parallel_sum(ipus: int, route: str) -> None:
         ipus,
         math.ceil(2 * (ipus - 1) * 4 / ipus),
     )
+
+
+def test_the_summary_gives_the_collectives_by_route() -> None:
+    """Each route's collectives, counted and timed: a sum over two Pod64s runs level by
+    level."""
+    x = jax.ShapeDtypeStruct((256, 8), jnp.float32)
+    compiled = compile_sharded(jnp.sum, mesh((128,), ("dp",)), (x,), (P("dp"),))
+    report = compiled.cost_report()
+    ((route, count, cycles),) = report.collectives_by_route()
+    assert (route, count) == (f"{POD64}, then {GATEWAY_ROUTE}", 1)
+    assert cycles == report.collectives[0].cycles
+    line = f"collectives     1 over {route}, {cycles / report.clock_hz * 1e3:.4f} ms"
+    assert line in report.summary().splitlines()
