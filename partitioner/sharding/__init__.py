@@ -6,7 +6,10 @@
     propagation    forward and backward sweeps to a fixed point, conflicts in a fixed order
     explain        where each sharding came from (`Compiled.explain()`)
     builder        emits the per-IPU ops and the resharding between them
-    partition      the global graph rewritten for per-IPU shapes, collectives inserted
+    partition      the global graph rewritten for per-IPU shapes, collectives inserted, loops
+                   partitioned as loops
+    pending        which ops keep a partial sum pending (one collective later, not one now)
+    halo, halo_rewrite  a split dim read at an offset: neighbours' edge rows exchanged
     replicas       the replica axes, and the axes each per-IPU value varies over
     combine        all-reduces held back and merged into buffers, as Graphcore's combiner does
 

@@ -6,9 +6,10 @@ operands are first resharded to what its factors need, which is where communicat
   that dimension split over the same axes;
 - a dimension split over more axes than needed: AllGather over the extra (minor) axes;
 - a dimension split over fewer axes than wanted: each IPU takes its own slice (no traffic).
-Sums are left pending as long as they can be: an add, subtract or negate of partial sums over the
-same axes (or of one and zeros, an accumulator's start) is a partial sum, so is a reshape or
-transpose of one it alone reads, and a scatter-add of updates split over IPUs makes one.
+Sums are left pending as long as they can be (`pending`: an add of partial sums, a view of one,
+...), and a scatter-add of updates split over IPUs makes one. A `while` is partitioned as a loop
+(`_Partitioner.loop`): its body once, each carried value in one sharding from trip to trip, an
+accumulator that starts at zero carried as the partial sum its body leaves it.
 A reduction over a dimension padded to divide by its axes first masks the padding to zero. A
 split dim read at an offset (a stencil's slices, a pad, a roll) takes the neighbours' edge rows
 (`halo_rewrite`). An op whose per-IPU form would be wrong (an uneven reshape) runs whole.
@@ -29,6 +30,7 @@ from lowering import Graph, Op, Value, free_values, infer_types, producers, walk
 from partitioner.sharding.builder import Builder
 from partitioner.sharding.factor_rules import Factors, lookup_dim, project, reduction_kind
 from partitioner.sharding.halo_rewrite import Halos
+from partitioner.sharding.pending import pending_axes
 from partitioner.sharding.propagation import Propagated
 from partitioner.sharding.specs import Axes, Sharding
 
@@ -58,13 +60,6 @@ class Partitioned:
     # The sharding of each per-IPU value the partitioner made for a global one.
     local_shardings: dict[Value, Sharding] = dataclasses.field(default_factory=dict)
     forced_whole: tuple[ForcedWhole, ...] = ()
-
-
-# Ops that are sums of their operands' terms: applied to partial sums, a partial sum.
-_LINEAR = frozenset({"add", "subtract", "negate", "dynamic_update_slice"})
-_VIEWS = frozenset({"reshape", "transpose"})
-# Ops that scale their operands: a scalar partial sum times or over a whole value is one.
-_SCALINGS = frozenset({"multiply", "divide"})
 
 
 def _max_id(graph: Graph) -> int:
@@ -367,48 +362,8 @@ class _Partitioner:
         return op is not None and op.name == "constant" and not np.any(op.attrs["value"])
 
     def pending_through(self, op: Op) -> Axes:
-        """The axes of a sum still pending on every operand of a linear op (add, subtract,
-        negate), which the op keeps pending: the sum of partial sums is the partial sum of
-        the sums, so one collective finishes it later instead of one per operand. A zero
-        operand (an accumulator's start) adds nothing, so a gradient accumulated over
-        micro-batches stays a partial sum until it is read, and is reduced once."""
-        if op.name in _VIEWS or self.sums_alone(op):
-            # A view or sum of a sum read by it alone (else finishing it once serves all).
-            x = op.operands[0]
-            return self.local[x][1].partial if self.uses[x] == 1 else ()
-        if op.name in _SCALINGS:
-            return self.scaled_sum(op)
-        if op.name not in _LINEAR:
-            return ()
-        # An update written into a sum is a sum: the indices are not among the terms.
-        terms = op.operands[:2] if op.name == "dynamic_update_slice" else op.operands
-        pending = {self.local[v][1].partial for v in terms if not self.zeros(v)}
-        return pending.pop() if len(pending) == 1 else ()
-
-    def scaled_sum(self, op: Op) -> Axes:
-        """A scalar partial sum times, or over, a value every IPU of its axes holds alike (a
-        mean's count), read by this op alone (else finishing it once serves all): the sum of
-        the scaled terms is the scaled sum. Only scalars (a loss): a tensor's sum finished
-        before it is scaled is finished where the combiner can join it with its neighbours."""
-        if op.results[0].shape:
-            return ()
-        (x, y), (a, b) = op.operands, (self.local[v][1].partial for v in op.operands)
-        if op.name == "divide" or not b:
-            return a if a and not b and self.uses[x] == 1 else ()
-        return b if not a and self.uses[y] == 1 else ()
-
-    def sums_alone(self, op: Op) -> bool:
-        """A sum of one tensor's elements from zero, a broadcast that only adds unit dims (a
-        reshape), or a cast to a float type no wider (the sum of the casts is the cast of the
-        sum to rounding, as Poplar reduces gradients in their own type): the same on a partial
-        sum as on the whole, and no larger."""
-        if op.name == "reduce":
-            return reduction_kind(op) == "sum" and self.zeros(op.operands[1])
-        if op.name == "convert":
-            (x,), (y,) = op.operands, op.results
-            floats = np.issubdtype(x.dtype, np.floating) and np.issubdtype(y.dtype, np.floating)
-            return floats and y.dtype.itemsize <= x.dtype.itemsize
-        return op.name == "broadcast_in_dim" and op.results[0].size == op.operands[0].size
+        """The axes of a sum `op` keeps pending (`pending.pending_axes`)."""
+        return pending_axes(op, lambda v: self.local[v][1].partial, self.uses, self.zeros)
 
     def emit_local(
         self,
