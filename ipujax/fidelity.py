@@ -11,14 +11,10 @@ A figure is checked, never fitted: no constant of the `Target` was chosen to mat
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
@@ -27,7 +23,13 @@ from jax.sharding import PartitionSpec
 
 from ipujax.api import jit
 from ipujax.errors import HostBoundWarning
-from ipujax.planning import samples_per_step
+from ipujax.fidelity_systems import (
+    BOW_RESNET_MICRO_BATCH,
+    RESNET_ACCUMULATION,
+    RESNET_MICRO_BATCH,
+    bert_large_figure,
+    resnet50_figure,
+)
 from ipujax.report import CostReport
 from partitioner import Target, make_mesh
 
@@ -204,111 +206,6 @@ def _layer(p: dict, x: jax.Array, heads: int = 16) -> jax.Array:
     return h + jax.nn.gelu(h @ p["up"]) @ p["down"]
 
 
-_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def _example(path: str) -> ModuleType:
-    """A module of the project's examples, loaded by path (a source checkout has them)."""
-    file = _EXAMPLES / path
-    if not file.exists():
-        raise FileNotFoundError(f"{file} not found: this figure needs the project's examples")
-    name = "ipujax_fidelity_" + path.replace("/", "_").removesuffix(".py")
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, file)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-RESNET_MICRO_BATCH, RESNET_ACCUMULATION = 18, 57  # Graphcore's resnet50_mk2 config
-# Graphcore's Bow ResNet-50 figures (TensorFlow 1, pre-SDK 2.5): 20 images per replica and
-# micro-batch, batches of 1,920 on a Pod16, 2,560 on a Pod64 and 10,240 on a Pod256.
-BOW_RESNET_MICRO_BATCH = 20
-
-
-def _resnet50(
-    target: Target, replicas: int, micro_batch: int, accumulation: int
-) -> Callable[[], tuple[float, str]]:
-    """ResNet-50 training, data parallel over `replicas` IPUs as Graphcore's configs ran it:
-    `micro_batch` images per replica and micro-batch, batch norm over each replica's own batch,
-    fp16, SGD with momentum, 8-bit images, blocks recomputed, `accumulation` micro-batches'
-    gradients summed per update. The whole step is compiled (cost only): a loop over the
-    micro-batches, each IPU's gradients carried as partial sums and reduced once after it,
-    then the update; images per second = accumulation x micro-batch x replicas / the step's
-    seconds."""
-
-    def figure() -> tuple[float, str]:
-        workloads = _example("resnet/workloads.py")
-        data_parallel = workloads.sharding.KNOWN_AXES[0]  # the axis the example splits over
-        mesh = make_mesh((replicas,), (data_parallel,), target=target)
-        fun, args, kwargs = workloads.resnet50(
-            mesh, batch_per_replica=micro_batch, accumulation=accumulation
-        )
-        compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
-        report = compiled.cost_report()
-        images = accumulation * micro_batch * replicas
-        return images / report.seconds, _resnet_derivation(report, micro_batch, accumulation)
-
-    return figure
-
-
-def _resnet_derivation(report: CostReport, micro_batch: int, accumulation: int) -> str:
-    split = report.time_split()
-    images = accumulation * micro_batch * report.ipus
-    per_micro = {
-        name: split[name] / accumulation * 1e3
-        for name in ("compute", "copies", "exchange", "sync", "host")
-    }
-    parts = ", ".join(f"{name} {ms:.2f}" for name, ms in per_micro.items())
-    (route,) = {c.why.rsplit("; over ", 1)[-1] for c in report.collectives} or {"no links"}
-    return (
-        f"the step is a loop over {accumulation} micro-batches of {micro_batch} images per IPU, "
-        f"{sum(per_micro.values()):.2f} ms each on average ({parts}, the host IO that of the "
-        f"8-bit images), then the gradients' AllReduce {split['collectives'] * 1e3:.2f} ms once, "
-        f"after the loop, over {route}, and the update; peak tile memory "
-        f"{report.peak_tile_bytes:,} of {report.bytes_per_tile:,} B (fits: "
-        f"{'yes' if report.fits else 'no'}). {images:,} images / {report.seconds * 1e3:.1f} ms "
-        f"= {images / report.seconds:,.0f} images/s. `ipujax cost-report "
-        f"examples/resnet/workloads.py:resnet50 --mesh dp={report.ipus} --target "
-        f"{report.target}` shows one micro-batch's step."
-    )
-
-
-def _bert_large(replicas: int, microbatches: int) -> Callable[[], tuple[float, str]]:
-    """BERT-Large pretraining phase 1 pipelined as Graphcore ran it: 4 IPUs per replica (the
-    24 layers in 4 stages by the cost of their blocks), micro-batches of 8 sequences of 128
-    tokens, `microbatches` of them accumulated per update, recomputation, fp16, LAMB with its
-    state off chip. Sequences per second = the step's sequences / the step's seconds."""
-
-    def figure() -> tuple[float, str]:
-        workloads = _example("bert/workloads.py")
-        axes = (workloads.DATA_AXIS, workloads.PIPELINE_AXIS)
-        mesh = make_mesh((replicas, 4), axes, target=Target.bow())
-        fun, args, kwargs = workloads.bert_large(mesh, microbatches=microbatches)
-        compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
-        report = compiled.cost_report()
-        sequences = samples_per_step(args, kwargs)  # 8 per micro-batch and replica
-        rate = sequences / report.seconds
-        stages = "; ".join(
-            f"stage {s.stage} ({len(s.blocks)} blocks) {s.forward_cycles / 1e6:.2f} M forward + "
-            f"{s.backward_cycles / 1e6:.2f} M backward cycles, peak tile {s.peak_tile_bytes:,} B"
-            for s in report.stages
-        )
-        update = max(s.update_cycles for s in report.stages)
-        derivation = (
-            f"{stages}; {len(report.pipeline_cycles):,} pipeline cycles "
-            f"(bubble {100 * report.bubble_fraction:.1f}%), update {update / 1e6:.1f} M cycles; "
-            f"{sequences:,} sequences / {report.seconds:.2f} s = {rate:,.0f} sequences/s; fits: "
-            f"{'yes' if report.fits else 'no'}. `ipujax cost-report "
-            f"examples/bert/workloads.py:bert_large --mesh dp={replicas},pp=4` shows it."
-        )
-        return rate, derivation
-
-    return figure
-
-
 _TESSELLATE = (
     "graphcore-research/tessellate-ipu, notebooks/IPU Peak Flops.ipynb: one "
     "ConvPartial1x1Out vertex per tile on a Bow, cycles = 2 N 256 x 1,472 x 1.85 GHz / TFLOPS"
@@ -372,7 +269,7 @@ FIGURES: tuple[Figure, ...] = (
         "'about 26,000 images per second' on a Pod16 with TensorFlow; the configuration is "
         "that of graphcore/examples vision/cnns/pytorch configs.yml resnet50_mk2: 18 images "
         "per replica, 16 replicas, batch norm, 16.16, gradient accumulation 57, 8-bit IO",
-        _resnet50(Target.mk2(), 16, RESNET_MICRO_BATCH, RESNET_ACCUMULATION),
+        resnet50_figure(Target.mk2(), 16, RESNET_MICRO_BATCH, RESNET_ACCUMULATION),
         "a loop over 57 micro-batches, then one gradient AllReduce, data parallel on 16 IPUs",
         **WHOLE_SYSTEM,
         ipus=16,
@@ -387,7 +284,7 @@ FIGURES: tuple[Figure, ...] = (
             f"ImageNet, 16.16, batch {batch:,}, {published:,} images/s; the batch is {ipus} "
             f"replicas x {BOW_RESNET_MICRO_BATCH} images x {batch // (ipus * 20)} accumulated "
             "micro-batches (graphcore/examples vision/cnns tensorflow1 configs)",
-            _resnet50(Target.bow(), ipus, BOW_RESNET_MICRO_BATCH, batch // (ipus * 20)),
+            resnet50_figure(Target.bow(), ipus, BOW_RESNET_MICRO_BATCH, batch // (ipus * 20)),
             f"a loop over {batch // (ipus * 20)} micro-batches, then one gradient AllReduce, "
             f"data parallel on {ipus} IPUs",
             **WHOLE_SYSTEM,
@@ -408,7 +305,7 @@ FIGURES: tuple[Figure, ...] = (
         "16.16, global batch 65,536, 5,179 sequences/s; the configuration is graphcore/examples "
         "popart bert configs/mk2/pretrain_large_128.json: micro-batch 8, 4 replicas, 4 IPUs per "
         "replica, gradient accumulation 2,048, LAMB, optimizer state off chip, recomputation",
-        _bert_large(4, 2048),
+        bert_large_figure(4, 2048),
         "a micro-batch's program in 4 stages, pipelined over 2,048 micro-batches",
         **WHOLE_SYSTEM,
         ipus=16,
@@ -419,7 +316,7 @@ FIGURES: tuple[Figure, ...] = (
         "sequences/s",
         "the same table: Bow Pod64, PopART, 19,353 sequences/s; graphcore/examples "
         "pretrain_large_128_POD64: 16 replicas, gradient accumulation 512",
-        _bert_large(16, 512),
+        bert_large_figure(16, 512),
         "a micro-batch's program in 4 stages, pipelined over 512 micro-batches",
         **WHOLE_SYSTEM,
         ipus=64,

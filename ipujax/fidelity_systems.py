@@ -1,0 +1,121 @@
+"""The fidelity table's whole systems (`ipujax.fidelity.FIGURES`): ResNet-50 and BERT-Large
+as Graphcore trained them, each step compiled from the project's examples with its accumulation
+(cost only), and the figure read from its report, with a derivation a reader can check.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from ipujax.api import jit
+from ipujax.planning import samples_per_step
+from ipujax.report import CostReport
+from partitioner import Target, make_mesh
+
+_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def example(path: str) -> ModuleType:
+    """A module of the project's examples, loaded by path (a source checkout has them)."""
+    file = _EXAMPLES / path
+    if not file.exists():
+        raise FileNotFoundError(f"{file} not found: this figure needs the project's examples")
+    name = "ipujax_fidelity_" + path.replace("/", "_").removesuffix(".py")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, file)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+RESNET_MICRO_BATCH, RESNET_ACCUMULATION = 18, 57  # Graphcore's resnet50_mk2 config
+# Graphcore's Bow ResNet-50 figures (TensorFlow 1, pre-SDK 2.5): 20 images per replica and
+# micro-batch, batches of 1,920 on a Pod16, 2,560 on a Pod64 and 10,240 on a Pod256.
+BOW_RESNET_MICRO_BATCH = 20
+
+
+def resnet50_figure(
+    target: Target, replicas: int, micro_batch: int, accumulation: int
+) -> Callable[[], tuple[float, str]]:
+    """ResNet-50 training, data parallel over `replicas` IPUs as Graphcore's configs ran it:
+    `micro_batch` images per replica and micro-batch, batch norm over each replica's own batch,
+    fp16, SGD with momentum, 8-bit images, blocks recomputed, `accumulation` micro-batches'
+    gradients summed per update. The whole step is compiled (cost only): a loop over the
+    micro-batches, each IPU's gradients carried as partial sums and reduced once after it,
+    then the update; images per second = accumulation x micro-batch x replicas / the step's
+    seconds."""
+
+    def figure() -> tuple[float, str]:
+        workloads = example("resnet/workloads.py")
+        data_parallel = workloads.sharding.KNOWN_AXES[0]  # the axis the example splits over
+        mesh = make_mesh((replicas,), (data_parallel,), target=target)
+        fun, args, kwargs = workloads.resnet50(
+            mesh, batch_per_replica=micro_batch, accumulation=accumulation
+        )
+        compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
+        report = compiled.cost_report()
+        images = accumulation * micro_batch * replicas
+        return images / report.seconds, _resnet_derivation(report, micro_batch, accumulation)
+
+    return figure
+
+
+def _resnet_derivation(report: CostReport, micro_batch: int, accumulation: int) -> str:
+    split = report.time_split()
+    images = accumulation * micro_batch * report.ipus
+    per_micro = {
+        name: split[name] / accumulation * 1e3
+        for name in ("compute", "copies", "exchange", "sync", "host")
+    }
+    parts = ", ".join(f"{name} {ms:.2f}" for name, ms in per_micro.items())
+    (route,) = {c.why.rsplit("; over ", 1)[-1] for c in report.collectives} or {"no links"}
+    return (
+        f"the step is a loop over {accumulation} micro-batches of {micro_batch} images per IPU, "
+        f"{sum(per_micro.values()):.2f} ms each on average ({parts}, the host IO that of the "
+        f"8-bit images), then the gradients' AllReduce {split['collectives'] * 1e3:.2f} ms once, "
+        f"after the loop, over {route}, and the update; peak tile memory "
+        f"{report.peak_tile_bytes:,} of {report.bytes_per_tile:,} B (fits: "
+        f"{'yes' if report.fits else 'no'}). {images:,} images / {report.seconds * 1e3:.1f} ms "
+        f"= {images / report.seconds:,.0f} images/s. `ipujax cost-report "
+        f"examples/resnet/workloads.py:resnet50 --mesh dp={report.ipus} --target "
+        f"{report.target}` shows one micro-batch's step."
+    )
+
+
+def bert_large_figure(replicas: int, microbatches: int) -> Callable[[], tuple[float, str]]:
+    """BERT-Large pretraining phase 1 pipelined as Graphcore ran it: 4 IPUs per replica (the
+    24 layers in 4 stages by the cost of their blocks), micro-batches of 8 sequences of 128
+    tokens, `microbatches` of them accumulated per update, recomputation, fp16, LAMB with its
+    state off chip. Sequences per second = the step's sequences / the step's seconds."""
+
+    def figure() -> tuple[float, str]:
+        workloads = example("bert/workloads.py")
+        axes = (workloads.DATA_AXIS, workloads.PIPELINE_AXIS)
+        mesh = make_mesh((replicas, 4), axes, target=Target.bow())
+        fun, args, kwargs = workloads.bert_large(mesh, microbatches=microbatches)
+        compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
+        report = compiled.cost_report()
+        sequences = samples_per_step(args, kwargs)  # 8 per micro-batch and replica
+        rate = sequences / report.seconds
+        stages = "; ".join(
+            f"stage {s.stage} ({len(s.blocks)} blocks) {s.forward_cycles / 1e6:.2f} M forward + "
+            f"{s.backward_cycles / 1e6:.2f} M backward cycles, peak tile {s.peak_tile_bytes:,} B"
+            for s in report.stages
+        )
+        update = max(s.update_cycles for s in report.stages)
+        derivation = (
+            f"{stages}; {len(report.pipeline_cycles):,} pipeline cycles "
+            f"(bubble {100 * report.bubble_fraction:.1f}%), update {update / 1e6:.1f} M cycles; "
+            f"{sequences:,} sequences / {report.seconds:.2f} s = {rate:,.0f} sequences/s; fits: "
+            f"{'yes' if report.fits else 'no'}. `ipujax cost-report "
+            f"examples/bert/workloads.py:bert_large --mesh dp={replicas},pp=4` shows it."
+        )
+        return rate, derivation
+
+    return figure
