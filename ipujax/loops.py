@@ -30,11 +30,13 @@ from partitioner import (
 class Loops:
     """A compiled program's loops of unknown trips (`open`), its counted loops left whole (at
     the unroll limit when pipelined; phased, those phases cannot run phase-major) with why
-    (`limited`), and what leaving one whole means here (`whole`)."""
+    (`limited`), what leaving one whole means here (`whole`) and what the user can do
+    (`remedy`)."""
 
     open: tuple[OpenLoop, ...] = ()
     limited: tuple[tuple[Op, str], ...] = ()
     whole: str = ""
+    remedy: str = ""
     counts: bool = True  # whether a run's trips re-cost the step (not when pipelined)
 
     @property
@@ -51,20 +53,22 @@ def find_loops(built: Built) -> Loops:
         limited = limited_loops(built.program, made)
     elif built.plan is not None:
         limited = unfissioned_loops(built.program, made)
-    return Loops(open_loops(built.program, made), limited, _whole(built), built.pipeline is None)
+    whole, remedy = _whole(built)
+    open_ = open_loops(built.program, made)
+    return Loops(open_, limited, whole, remedy, built.pipeline is None)
 
 
-def _whole(built: Built) -> str:
-    """What a loop left whole does here, where loops are unrolled."""
+def _whole(built: Built) -> tuple[str, str]:
+    """What a loop left whole does here, and what the user can do about it."""
     if built.pipeline is not None:
-        return "it runs whole within one pipeline stage"
-    return "phases cannot cut inside it: all its trips run in one phase"
-
-
-def _remedy(loops: Loops) -> str:
-    if "pipeline" in loops.whole:
-        return "shorten the loop or split it into loops within the limit"
-    return "keep each value the loop carries within one block (one jax.named_scope) of its body"
+        return (
+            "it runs whole within one pipeline stage",
+            "shorten the loop or split it into loops within the limit",
+        )
+    return (
+        "phases cannot cut inside it: all its trips run in one phase",
+        "keep each value the loop carries within one block (one jax.named_scope) of its body",
+    )
 
 
 def where(op: Op) -> str:
@@ -107,7 +111,7 @@ def warn_loops(loops: Loops) -> None:
     )
     _warn(
         [f"{where(op)}: {why}" for op, why in loops.limited],
-        f"{loops.whole}; {_remedy(loops)}",
+        f"{loops.whole}; {loops.remedy}",
         UnrollLimitWarning,
     )
 

@@ -26,23 +26,29 @@ MAX_OPS = 50_000  # nor is a loop unrolled into more ops than this
 
 def loop_counter(op: Op) -> int | None:
     """Which of a `while`'s carried values its condition compares `i < n` on, when it does."""
+    found = _counter_test(op)
+    return found[0] if found is not None else None
+
+
+def _counter_test(op: Op) -> tuple[int, Value] | None:
+    """A `while`'s condition `i < n` on a carried `i`: i's place among the carried values, and
+    n."""
     cond, _ = op.regions
     compare = next((o for o in cond.ops if o.results == cond.outputs), None)
     if compare is None or compare.name != "compare" or compare.attrs["direction"] != "LT":
         return None
-    counter = compare.operands[0]
-    return cond.inputs.index(counter) if counter in cond.inputs else None
+    counter, limit = compare.operands
+    return (cond.inputs.index(counter), limit) if counter in cond.inputs else None
 
 
 def counted_trips(op: Op, made: Mapping[Value, Op]) -> int | None:
     """How many times a `while` runs, when it counts `i` from a constant by 1 while `i < n`,
     `n` a constant; None otherwise."""
     cond, body = op.regions
-    index = loop_counter(op)
-    if index is None:
+    found = _counter_test(op)
+    if found is None:
         return None
-    compare = next(o for o in cond.ops if o.results == cond.outputs)
-    limit = compare.operands[1]
+    index, limit = found
     start = _constant(op.operands[index], made)
     bound = _constant(limit, {**made, **producers(cond)})
     if start is None or bound is None or not _steps_by_one(body, index):

@@ -27,12 +27,12 @@ the runtime and the report from what it returns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
 
-from lowering import Graph, unroll_loops, verify
+from lowering import Graph, Value, unroll_loops, verify
 from partitioner.cost.exchange import global_sync_cycles
 from partitioner.cost.links import LinkModel
 from partitioner.errors import OutOfMemoryError
@@ -208,9 +208,14 @@ def shard(
 
 
 def phased_memory(
-    program: Program, plan: PhasePlan | None, sharded: Sharded, target: Target
+    program: Program,
+    plan: PhasePlan | None,
+    sharded: Sharded,
+    target: Target,
+    trips: Mapping[Value, int],
 ) -> tuple[TileMemory, frozenset]:
-    """Tile memory; phased, with the activations that fit kept on chip across phases."""
+    """Tile memory; phased, with the activations that fit kept on chip across phases (each a
+    loop's trips make anew, `trips`, holding every trip's copy)."""
     if plan is None:
         return tile_memory(program, target), frozenset()
     ways = dict.fromkeys(sharded.shard_values, sharded.replicas)
@@ -222,7 +227,7 @@ def phased_memory(
         plan.bounds,
         first.phase_peaks,
         target.bytes_per_tile,
-        per_trip(program, plan),
+        trips,
     )
     if not kept:
         return first, kept
@@ -251,13 +256,13 @@ def build(
     program = checked(program, "split phases", mesh, options)
     sharded = shard(program, plan, partitioned, mesh, axes, links)
     program = checked(sharded.program, "shard", mesh, options)
-    memory, kept = phased_memory(program, plan, sharded, target)
+    trips = per_trip(program, plan.bounds, plan.loops) if plan is not None else {}
+    memory, kept = phased_memory(program, plan, sharded, target, trips)
     checked_memory(memory, "memory", options)
     if options.check_memory:
         check_fits(memory, program, local, target, plan is not None)
     streams: tuple[PhaseStream, ...] = ()
     if plan is not None:
-        trips = per_trip(program, plan)
         if options.check_memory:
             needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept, trips)
             check_capacity(needed, mesh.target)

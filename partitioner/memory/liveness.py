@@ -248,7 +248,7 @@ def _sliced_per_trip(op: Op, position: int, read_later: set[Value]) -> bool:
         cond.inputs[position] in o.operands for o in cond.ops
     ):
         return False
-    readers = [o for o in body.ops if inner in o.operands or inner in op_reads(o)]
+    readers = [o for o in body.ops if inner in op_reads(o)]
     return bool(readers) and all(
         o.name == "dynamic_slice" and inner not in o.operands[1:] for o in readers
     )

@@ -23,24 +23,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from lowering import Op, Value, counted_trips, loop_counter
 from partitioner.memory.liveness import PhaseBounds, storage_owners
 from partitioner.program import LOOP_BEGIN, LOOP_END, Program, Task
+from partitioner.tiles.rules.loop import CARRY_BACK, CARRY_IN
 
 BEGIN, END = LOOP_BEGIN, LOOP_END
-CARRY_IN, CARRY_BACK = "while.carry in", "while.carry"  # `tiles.rules.loop`'s steps
-
-
-class PhasePlanLike(Protocol):
-    """A `PhasePlan`'s bounds and loops (the plan itself imports this module)."""
-
-    @property
-    def bounds(self) -> PhaseBounds: ...
-
-    @property
-    def loops(self) -> tuple[LoopSpan, ...]: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -180,35 +169,32 @@ def fissionable(program: Program, span: LoopSpan, bounds: PhaseBounds) -> bool:
     is; the trip counter, which each phase's repeat keeps for itself), so that phase-major
     order computes what the loop computes."""
     begin, end = program.tasks[span.begin], program.tasks[span.end]
-    made = producers_of(program, span)
+    read: dict[Value, set[int]] = {}  # the phases of each value's readers in the body
+    made: dict[Value, int] = {}  # the phase of the body task that makes each value
+    for i in span.body(program):
+        task = program.tasks[i]
+        for value in task.inputs:
+            read.setdefault(value, set()).add(bounds.phase_of(i))
+        made.update(dict.fromkeys(task.op.results, bounds.phase_of(i)))
     counter = loop_counter(span.task.op)
     for index, (inner, out) in enumerate(zip(begin.op.results, end.op.operands, strict=True)):
         if inner == out or index == counter:  # each phase's repeat counts its own trips
             continue
-        readers = [i for i in span.body(program) if inner in program.tasks[i].inputs]
-        maker = made.get(out)
-        phases = {bounds.phase_of(i) for i in readers}
-        if maker is not None:
-            phases.add(bounds.phase_of(maker))
+        phases = read.get(inner, set()) | ({made[out]} if out in made else set())
         if len(phases) > 1:
             return False
     return True
 
 
-def producers_of(program: Program, span: LoopSpan) -> dict[Value, int]:
-    """The index of the body task that makes each value of the body."""
-    return {v: i for i in span.body(program) for v in program.tasks[i].op.results}
-
-
-def per_trip(program: Program, plan: PhasePlanLike) -> dict[Value, int]:
+def per_trip(program: Program, bounds: PhaseBounds, spans: Sequence[LoopSpan]) -> dict[Value, int]:
     """The storages each trip of a loop fills anew (its body's values, but those that hold what
     the last trip hands on, in place or not), with the loop's trips: streamed, each is streamed
     that many times."""
-    if not plan.loops:
+    if not spans:
         return {}
-    owners = storage_owners(program, plan.bounds)
+    owners = storage_owners(program, bounds)
     found: dict[Value, int] = {}
-    for span in plan.loops:
+    for span in spans:
         handed = {owners.get(v, v) for v in program.tasks[span.end].op.operands}
         for i in span.body(program):
             for value in program.tasks[i].op.results:

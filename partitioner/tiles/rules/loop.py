@@ -35,7 +35,9 @@ from partitioner.tiles.context import MappingContext
 from partitioner.tiles.rules.common import make_step
 from partitioner.tiles.rules.whole import whole_kernel
 
-CARRY_IN = "while.carry in"  # the name of a step that copies an operand into its loop layout
+# The names of the steps that copy an operand into its loop layout, once, and that bring a
+# value the body left elsewhere back, every trip.
+CARRY_IN, CARRY_BACK = "while.carry in", "while.carry"
 
 
 def while_tile_rule(
