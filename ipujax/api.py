@@ -139,6 +139,7 @@ def jit(
     collective_buffer_bytes: int = BUFFER_BYTES,
     pipeline: Pipeline | None = None,
     verify: bool | None = None,
+    fuse: bool = True,
 ) -> Any:
     """Compiles `fun` for a virtual IPU system; use like `jax.jit`, with or without arguments.
 
@@ -150,7 +151,7 @@ def jit(
     or a sequence of `jax.named_scope` names; anything else is a `ConfigError`. `pipeline` (an
     `ipujax.Pipeline`) puts stages on the IPUs along a mesh axis.
     `devices` are the real jax devices a mesh of many IPUs may be spread over (default: all of
-    `jax.devices()`); `devices=jax.devices()[:1]` keeps everything on one device.
+    them); `devices=jax.devices()[:1]` keeps everything on one device.
     `replica_axes` names the mesh axes the program runs data parallel over (replicated tensor
     sharding and the replicas' costs follow them); by default they are derived: an axis over
     which some input is split and most input bytes are replicated. All-reduces over the same
@@ -160,6 +161,7 @@ def jit(
     cache) that live on the IPUs between calls: loaded once, as Poplar loads a model's weights,
     and never charged per call over the host link (an argument a step returns updated already
     stays). A position out of range or a name that is not a parameter is a `ConfigError`.
+    `fuse=False` costs each elementwise op alone, not chains as one map expression (`fusion`).
     `verify=True` runs the partitioner's verifiers on what it builds (a debug aid; slower);
     None leaves it to the IPUJAX_VERIFY environment variable, read when `jit` is called."""
     options = JitOptions(
@@ -171,7 +173,7 @@ def jit(
         static_argnames=as_tuple(static_argnames),
         donate_argnums=as_tuple(donate_argnums),
         devices=None if devices is None else tuple(devices),
-        build=build_options(phases, replica_axes, collective_buffer_bytes, pipeline, verify),
+        build=build_options(phases, replica_axes, collective_buffer_bytes, pipeline, verify, fuse),
         resident_argnums=checked_argnums(resident_argnums),
         resident_argnames=checked_argnames(resident_argnames),
     )

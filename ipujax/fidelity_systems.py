@@ -1,6 +1,7 @@
-"""The fidelity table's whole systems (`ipujax.fidelity.FIGURES`): ResNet-50 and BERT-Large
-as Graphcore trained them, each step compiled from the project's examples with its accumulation
-(cost only), and the figure read from its report, with a derivation a reader can check.
+"""The fidelity table's whole systems (`ipujax.fidelity.FIGURES`): ResNet-50, BERT-Large and
+BERT-Base as Graphcore trained them, each step compiled from the project's examples with its
+accumulation (cost only), and the figure read from its report, with a derivation a reader can
+check.
 """
 
 from __future__ import annotations
@@ -93,29 +94,44 @@ def bert_large_figure(replicas: int, microbatches: int) -> Callable[[], tuple[fl
     24 layers in 4 stages by the cost of their blocks), micro-batches of 8 sequences of 128
     tokens, `microbatches` of them accumulated per update, recomputation, fp16, LAMB with its
     state off chip. Sequences per second = the step's sequences / the step's seconds."""
+    return _bert_figure("bert_large", replicas, microbatches)
+
+
+def bert_base_figure(replicas: int, microbatches: int) -> Callable[[], tuple[float, str]]:
+    """BERT-Base pretraining phase 1 as `bert_large_figure`, with micro-batches of 32
+    sequences (Graphcore's pretrain_base_128: 4 IPUs per replica, the 12 layers 4 to an IPU
+    after one IPU of embedding)."""
+    return _bert_figure("bert_base", replicas, microbatches)
+
+
+def _bert_figure(name: str, replicas: int, microbatches: int) -> Callable[[], tuple[float, str]]:
+    """The pipelined step of `examples/bert/workloads.py:<name>` on `replicas` x 4 Bow IPUs."""
 
     def figure() -> tuple[float, str]:
         workloads = example("bert/workloads.py")
         axes = (workloads.DATA_AXIS, workloads.PIPELINE_AXIS)
         mesh = make_mesh((replicas, 4), axes, target=Target.bow())
-        fun, args, kwargs = workloads.bert_large(mesh, microbatches=microbatches)
+        fun, args, kwargs = getattr(workloads, name)(mesh, microbatches=microbatches)
         compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
         report = compiled.cost_report()
-        sequences = samples_per_step(args, kwargs)  # 8 per micro-batch and replica
+        sequences = samples_per_step(args, kwargs)  # the micro-batch x replicas x micro-batches
         rate = sequences / report.seconds
-        stages = "; ".join(
-            f"stage {s.stage} ({len(s.blocks)} blocks) {s.forward_cycles / 1e6:.2f} M forward + "
-            f"{s.backward_cycles / 1e6:.2f} M backward cycles, peak tile {s.peak_tile_bytes:,} B"
-            for s in report.stages
-        )
-        update = max(s.update_cycles for s in report.stages)
-        derivation = (
-            f"{stages}; {len(report.pipeline_cycles):,} pipeline cycles "
-            f"(bubble {100 * report.bubble_fraction:.1f}%), update {update / 1e6:.1f} M cycles; "
-            f"{sequences:,} sequences / {report.seconds:.2f} s = {rate:,.0f} sequences/s; fits: "
-            f"{'yes' if report.fits else 'no'}. `ipujax cost-report "
-            f"examples/bert/workloads.py:bert_large --mesh dp={replicas},pp=4` shows it."
-        )
-        return rate, derivation
+        return rate, _bert_derivation(report, name, replicas, sequences)
 
     return figure
+
+
+def _bert_derivation(report: CostReport, name: str, replicas: int, sequences: int) -> str:
+    stages = "; ".join(
+        f"stage {s.stage} ({len(s.blocks)} blocks) {s.forward_cycles / 1e6:.2f} M forward + "
+        f"{s.backward_cycles / 1e6:.2f} M backward cycles, peak tile {s.peak_tile_bytes:,} B"
+        for s in report.stages
+    )
+    update = max(s.update_cycles for s in report.stages)
+    return (
+        f"{stages}; {len(report.pipeline_cycles):,} pipeline cycles "
+        f"(bubble {100 * report.bubble_fraction:.1f}%), update {update / 1e6:.1f} M cycles; "
+        f"{sequences:,} sequences / {report.seconds:.2f} s = {sequences / report.seconds:,.0f} "
+        f"sequences/s; fits: {'yes' if report.fits else 'no'}. `ipujax cost-report "
+        f"examples/bert/workloads.py:{name} --mesh dp={replicas},pp=4` shows it."
+    )

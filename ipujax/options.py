@@ -45,6 +45,7 @@ def build_options(
     collective_buffer_bytes: int,
     pipeline: Any,
     verify: bool | None,
+    fuse: bool = True,
 ) -> Options:
     """The partitioner's options from `jit`'s keywords, each checked."""
     return Options(
@@ -53,6 +54,7 @@ def build_options(
         collective_buffer_bytes=collective_buffer_bytes,
         pipeline=checked_pipeline(pipeline),
         verify=verify_requested() if verify is None else verify,
+        fuse=fuse,
     )
 
 

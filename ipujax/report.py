@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ipujax.errors import ReportError
+from ipujax.report_io import io_caveats, io_tile_memory, with_io_tiles
 from lowering import shorten_paths
 from partitioner import (
     MEMORY_CATEGORIES,
@@ -31,7 +32,6 @@ from partitioner import (
     TileUsage,
     bubble_fraction,
     fullest_tiles,
-    io_tile_bytes,
 )
 
 SCHEMA = "ipujax.cost_report"
@@ -366,7 +366,7 @@ def build_report(built: Built, caveats: tuple[str, ...] = ()) -> CostReport:
     IO tiles' streaming buffers), every IPU alike (SPMD); and what its figures assume."""
     mesh, cost, memory = built.mesh, built.cost, built.memory
     target = mesh.target
-    io = io_tile_bytes(built.streams, target.phase_io_tiles if built.plan is not None else 0)
+    io = io_tile_memory(built)
     pipeline = built.pipeline
     if pipeline is None:
         tiles = np.concatenate([memory.total, io]).reshape(1, -1)
@@ -400,13 +400,14 @@ def build_report(built: Built, caveats: tuple[str, ...] = ()) -> CostReport:
         collectives=_readable(cost.collectives, ("source", "why")),
         phases=cost.phases,
         top_tiles=_readable(
-            fullest_tiles(memory, _memory_program(built), built.graph), ("tensors",)
+            with_io_tiles(built, fullest_tiles(memory, _memory_program(built), built.graph)),
+            ("tensors",),
         ),
         memory_categories=_ipu_categories(memory, io),
         stages=() if pipeline is None else pipeline.stages,
         microbatches=0 if pipeline is None else pipeline.microbatches,
         pipeline_cycles=() if pipeline is None else pipeline.cycles,
-        caveats=caveats,
+        caveats=caveats + io_caveats(built),
     )
 
 

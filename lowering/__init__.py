@@ -28,6 +28,7 @@ from lowering.evaluator import (
     restore_keys,
     run_op,
 )
+from lowering.fusion import FUSION, fuse_elementwise, fusible, members
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, op_reads, producers, walk
@@ -45,6 +46,7 @@ from lowering.vocabulary import (
     CONTROL,
     DATA_MOVEMENT,
     ELEMENTWISE,
+    FUSIONS,
     SHARD_OPS,
     SOURCES,
     STRUCTURED,
@@ -60,6 +62,8 @@ __all__ = [
     "DATA_MOVEMENT",
     "ELEMENTWISE",
     "EVAL_RULES",
+    "FUSION",
+    "FUSIONS",
     "IMPORT_RULES",
     "SHAPE_RULES",
     "SHARD_MAP_DETAIL",
@@ -83,11 +87,14 @@ __all__ = [
     "evaluate",
     "flatten_args",
     "free_values",
+    "fuse_elementwise",
+    "fusible",
     "infer_types",
     "interpret",
     "local_mesh_axes",
     "loop_counter",
     "lower",
+    "members",
     "op_cost",
     "op_reads",
     "producers",

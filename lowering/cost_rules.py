@@ -14,6 +14,7 @@ rates. Conventions, the ones XLA's HloCostAnalysis uses:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from lowering.ir import Op, Value
 from lowering.vocabulary import (
     DATA_MOVEMENT,
     ELEMENTWISE,
+    FUSIONS,
     SOURCES,
     TRANSCENDENTAL,
 )
@@ -152,11 +154,27 @@ COST_RULES: dict[str, CostRule] = {
     "top_k": _top_k_cost_rule,
     "while": _nothing_cost_rule,
     "case": _nothing_cost_rule,
+    "fusion": _nothing_cost_rule,  # its members' costs: `op_cost`
     "optimization_barrier": _nothing_cost_rule,
     "sharding_constraint": _nothing_cost_rule,
 }
 
 
 def op_cost(op: Op) -> OpCost:
-    """The FLOPs and bytes of one op (not of the ops nested in its regions)."""
+    """The FLOPs and bytes of one op (not of the ops nested in its regions, but a fusion's
+    members, which are its work)."""
+    if op.name in FUSIONS:
+        return _fusion_cost(op)
     return COST_RULES[op.name](op.operands, op.results, **op.attrs)
+
+
+def _fusion_cost(op: Op) -> OpCost:
+    """A fusion's members' FLOPs, and the bytes of its own operands and results: what it reads
+    and writes (its members' intermediates stay in registers)."""
+    parts = [op_cost(member) for member in op.regions[0].ops]
+    traffic = _traffic(op.operands, op.results)
+    return dataclasses.replace(
+        traffic,
+        flops=sum(p.flops for p in parts),
+        transcendentals=sum(p.transcendentals for p in parts),
+    )

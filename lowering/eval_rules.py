@@ -19,6 +19,7 @@ from jax import lax
 from jax._src.lax.windowed_reductions import _select_and_scatter_add
 
 from lowering.dtypes import is_float
+from lowering.fusion import fusion_eval_rule
 from lowering.mesh_rules import MESH_EVAL_RULES
 from lowering.regions import binary_op
 
@@ -492,6 +493,7 @@ EVAL_RULES: dict[str, EvalRule] = {
     "convolution": _convolution_eval_rule,
     "while": _while_eval_rule,
     "case": _case_eval_rule,
+    "fusion": fusion_eval_rule,
     "optimization_barrier": _optimization_barrier_eval_rule,
     "sharding_constraint": _sharding_constraint_eval_rule,
 }

@@ -19,7 +19,7 @@ from lowering import regions as region_rules
 from lowering.dtypes import numpy_dtype
 from lowering.errors import SHARD_MAP_DETAIL, UnsupportedFeatureError
 from lowering.ir import Graph
-from lowering.vocabulary import BINARY, COLLECTIVES, SHARD_OPS, UNARY, UNARY_TYPED
+from lowering.vocabulary import BINARY, COLLECTIVES, FUSIONS, SHARD_OPS, UNARY, UNARY_TYPED
 
 Attrs = dict[str, Any]
 ImportRule = Callable[[ir.Operation, tuple[Graph, ...]], Attrs]
@@ -334,7 +334,13 @@ def _over_ipus_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attr
     raise UnsupportedFeatureError(SHARD_MAP_DETAIL)
 
 
+def _made_by_ipujax_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
+    # No StableHLO op has these names: ipujax makes them itself, after import.
+    raise UnsupportedFeatureError(f"{op.name}, an op ipujax makes itself")
+
+
 IMPORT_RULES: dict[str, ImportRule] = {
+    **{name: _made_by_ipujax_import_rule for name in FUSIONS},
     **{name: _over_ipus_import_rule for name in COLLECTIVES | SHARD_OPS},
     **{name: _no_attrs_import_rule for name in (UNARY | BINARY | UNARY_TYPED)},
     "reduce_precision": _reduce_precision_import_rule,

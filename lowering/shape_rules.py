@@ -159,6 +159,10 @@ def _case_shape_rule(index: Aval, *, regions: Sequence[Graph]) -> tuple[Aval, ..
     return tuple(Aval(v.shape, v.dtype) for v in regions[0].outputs)
 
 
+def _fusion_shape_rule(*inputs: Aval, regions: Sequence[Graph], **attrs: Any) -> tuple[Aval, ...]:
+    return tuple(Aval(v.shape, v.dtype) for v in regions[0].outputs)
+
+
 def _identity_shape_rule(*xs: Aval, **attrs: Any) -> tuple[Aval, ...]:
     return tuple(Aval(x.shape, x.dtype) for x in xs)
 
@@ -268,6 +272,7 @@ SHAPE_RULES: dict[str, ShapeRule] = {
     "top_k": _top_k_shape_rule,
     "while": _while_shape_rule,
     "case": _case_shape_rule,
+    "fusion": _fusion_shape_rule,
     "optimization_barrier": _identity_shape_rule,
     "sharding_constraint": _identity_shape_rule,
 }

@@ -69,6 +69,10 @@ SHARD_OPS = frozenset({"shard_slice", "shard_mask", "shard_index", "halo_exchang
 
 ELEMENTWISE = UNARY | UNARY_TYPED | BINARY | ELEMENTWISE_OTHER
 
+# Ops ipujax makes from others for the machine, never imported: a chain of elementwise ops
+# fused into one kernel (`lowering.fusion`), as XLA and Poplar's map expressions run them.
+FUSIONS = frozenset({"fusion"})
+
 VOCABULARY: frozenset[str] = (
     ELEMENTWISE
     | SOURCES
@@ -78,6 +82,7 @@ VOCABULARY: frozenset[str] = (
     | CONTROL
     | COLLECTIVES
     | SHARD_OPS
+    | FUSIONS
 )
 
 # Transcendental ops: costed at the IPU's slower special-function rate, not one FLOP per element.

@@ -6,6 +6,8 @@ per-IPU BSP program with its memory and its cost.
                    program with collectives, loops partitioned as loops; verified when asked
     combine        (unphased) all-reduces over the same axes held back and merged, up to a
                    buffer of bytes, as Graphcore's TensorFlow and XLA combine them
+    fuse           chains of elementwise ops as one `fusion` op each, one map expression
+                   per tile (`lowering.fusion`), as Poplar's XLA backend runs them
     place axes     mesh axes onto physical IPUs, the last axis innermost
     schedule       tile layouts, kernels and supersteps on the compute tiles
     replicas       the replica axes, derived from the shardings (or given)
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
 
-from lowering import Graph, Value, unroll_loops, verify
+from lowering import Graph, Value, fuse_elementwise, unroll_loops, verify
 from partitioner.cost.exchange import global_sync_cycles
 from partitioner.cost.links import LinkModel
 from partitioner.errors import OutOfMemoryError
@@ -87,6 +89,7 @@ class Options:
     pipeline: Pipeline | None = None  # stages over a mesh axis (the program is a micro-batch's)
     batch_inputs: tuple[int, ...] = ()  # with a pipeline: the inputs that carry the batch
     resident_inputs: tuple[int, ...] = ()  # inputs kept on the IPUs between steps, never sent
+    fuse: bool = True  # elementwise chains fused, as Poplar runs them (False: op by op)
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,17 +137,21 @@ def per_ipu(
     in_specs: Sequence[PartitionSpec | None],
     out_specs: Sequence[PartitionSpec | None],
     combine_bytes: int,
-    check: bool,
+    options: Options,
 ) -> tuple[Partitioned | None, Graph]:
     """The program each IPU of `mesh` runs: partitioned on many IPUs, its all-reduces combined
-    up to `combine_bytes` (0: kept apart), its IR verified when `check`; `graph` on one."""
-    if mesh.ipus == 1:
-        if check:
-            verify(graph)
-        return None, graph
-    partitioned = partition_program(graph, mesh, in_specs, out_specs)
-    local = combine_all_reduces(partitioned.graph, combine_bytes)
-    if check:
+    up to `combine_bytes` (0: kept apart), its elementwise chains fused (`options.fuse`), its
+    IR verified when `options.verify`."""
+    partitioned = None
+    local = graph
+    if mesh.ipus > 1:
+        partitioned = partition_program(graph, mesh, in_specs, out_specs)
+        local = combine_all_reduces(partitioned.graph, combine_bytes)
+    if options.fuse:
+        # phases and pipeline stages are cut between ops: fusions stay within a line of source
+        split = options.phases is not None or options.pipeline is not None
+        local = fuse_elementwise(local, by_source=split)
+    if options.verify:
         verify(local)
     return partitioned, local
 
@@ -247,7 +254,7 @@ def build(
         return build_pipelined(graph, mesh, in_specs, out_specs, options)
     # Phased programs skip the combiner: replicated tensor sharding splits each gradient's.
     combine = options.collective_buffer_bytes if options.phases is None else 0
-    partitioned, local = per_ipu(graph, mesh, in_specs, out_specs, combine, options.verify)
+    partitioned, local = per_ipu(graph, mesh, in_specs, out_specs, combine, options)
     links = place_axes(partitioned, mesh)
     target = compute_target(mesh.target, options.phases)
     program = checked(schedule(local, target, links), "schedule", mesh, options)
@@ -290,7 +297,7 @@ def build_pipelined(
     rest = without_axis(mesh, pipe.axis)
     # Not combined: a combined all-reduce would join gradients of different stages, which live
     # on different IPUs.
-    partitioned, local = per_ipu(unroll_loops(graph), rest, in_specs, out_specs, 0, options.verify)
+    partitioned, local = per_ipu(unroll_loops(graph), rest, in_specs, out_specs, 0, options)
     links = LinkModel.place(mesh.shape, mesh.target, mesh.system) if mesh.ipus > 1 else None
     target = mesh.target
     program = checked(schedule(local, target, links), "schedule", mesh, options)

@@ -43,9 +43,12 @@ def spec(shape: tuple[int, ...], dtype: Any = np.float32) -> jax.ShapeDtypeStruc
     return jax.ShapeDtypeStruct(shape, np.dtype(dtype))
 
 
-def compile_for(fun: Any, *args: Any, tiles: int = 16, **kwargs: Any) -> ipujax.Compiled:
-    """`fun` lowered for `args` (arrays or ShapeDtypeStructs) and compiled for `tiles` tiles."""
-    return ipujax.jit(fun, mesh=mesh(tiles)).lower(*args).compile(**kwargs)
+def compile_for(
+    fun: Any, *args: Any, tiles: int = 16, fuse: bool = True, **kwargs: Any
+) -> ipujax.Compiled:
+    """`fun` lowered for `args` (arrays or ShapeDtypeStructs) and compiled for `tiles` tiles;
+    `fuse=False` keeps each elementwise op its own compute set (a test of one op's vertex)."""
+    return ipujax.jit(fun, mesh=mesh(tiles), fuse=fuse).lower(*args).compile(**kwargs)
 
 
 def assert_trees_close(ours: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:

@@ -14,8 +14,9 @@ The global batch is the micro-batch per replica times the size of the mesh's dp 
 mesh has an axis named `pp`, the step is pipelined over it as Graphcore ran BERT (one stage per
 IPU of the axis): the batch is also times `microbatches` (Graphcore's gradient accumulation
 count; each factory's module constant by default), and `jit_kwargs["pipeline"]` is
-`ipujax.Pipeline(axis="pp", stages="auto", microbatches=..., recompute=True)`, recomputation
-checkpointed at the stages' boundaries as Graphcore's `recompute_checkpoint_every_layer`.
+`ipujax.Pipeline(axis="pp", stages="auto", microbatches=..., recompute=True)`, each stage's
+forward recomputed layer by layer from a checkpoint on every layer's output, as Graphcore's
+`recompute_checkpoint_every_layer`.
 
 `bert_base` and `bert_large` take `layers` (the model's depth by default), so that `ipujax plan`
 can cost a shallower copy and extrapolate.

@@ -6,7 +6,8 @@ take a rank-0 operand as it is, so the runtime passes them the scalar: one equat
 jax to trace and lower, and under the runtime's vmap one fewer again, since vmap broadcasts an
 unbatched operand of full rank where it meets a batched one, but leaves a scalar alone. The
 4-IPU GPT step has 789 such broadcasts, read by 732 of its 1,681 elementwise ops. Only the
-runtime's program changes; a broadcast something else still reads stays.
+runtime's program changes; a broadcast something else still reads stays. A fusion's members
+take the scalar the same way (`fusion_eval_rule` runs them on whatever its inputs are).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from lowering import BINARY, Value
+from lowering import BINARY, FUSIONS, Op, Value
 from partitioner import Program, Task
 
 # The ops whose jax.lax evaluation takes a scalar for any operand (tested op by op).
@@ -29,8 +30,12 @@ def pass_scalars(program: Program) -> Program:
     for task in program.tasks:
         if task.op.name in SCALAR_OPERAND_OPS:
             scalars = _scalar_inputs(task, producers)
-            if scalars != task.inputs:
-                replaced[task] = dataclasses.replace(task, inputs=scalars)
+        elif task.op.name in FUSIONS:
+            scalars = _fusion_scalar_inputs(task, producers)
+        else:
+            continue
+        if scalars != task.inputs:
+            replaced[task] = dataclasses.replace(task, inputs=scalars)
     if not replaced:
         return program
     tasks = [replaced.get(t, t) for t in program.tasks]
@@ -38,6 +43,38 @@ def pass_scalars(program: Program) -> Program:
     read.update(program.outputs)
     kept = tuple(t for t in tasks if t.op.name != "broadcast_in_dim" or read[t.op.results[0]])
     return dataclasses.replace(program, tasks=kept)
+
+
+def _scalar_of(value: Value, producers: dict[Value, Task]) -> Value | None:
+    """The scalar a value broadcasts, if it is a broadcast of one."""
+    producer = producers.get(value)
+    if producer is None or producer.op.name != "broadcast_in_dim":
+        return None
+    (source,) = producer.op.operands
+    return source if source.shape == () else None
+
+
+def _fusion_scalar_inputs(task: Task, producers: dict[Value, Task]) -> tuple[Value, ...]:
+    """A fusion's inputs with each broadcast of a scalar replaced by the scalar when every
+    member that reads it is a `SCALAR_OPERAND_OPS` op with another operand of its result's
+    shape (so no member's result shrinks to a scalar)."""
+    region = task.op.regions[0]
+    inputs = list(task.inputs)
+    passed: set[Value] = set()
+    for i, value in enumerate(task.inputs):
+        scalar = _scalar_of(value, producers)
+        inner = region.inputs[i]
+        readers = [m for m in region.ops if inner in m.operands]
+        if scalar is not None and readers and all(_keeps_shape(m, inner, passed) for m in readers):
+            inputs[i] = scalar
+            passed.add(inner)
+    return tuple(inputs)
+
+
+def _keeps_shape(member: Op, scalar: Value, passed: set[Value]) -> bool:
+    shape = member.results[0].shape
+    others = [v for v in member.operands if v is not scalar and v not in passed]
+    return member.name in SCALAR_OPERAND_OPS and any(v.shape == shape for v in others)
 
 
 def _scalar_inputs(task: Task, producers: dict[Value, Task]) -> tuple[Value, ...]:

@@ -145,7 +145,7 @@ VECTOR_OPS: dict[str, VectorOp] = {
 }
 
 
-def _class(dtype: np.dtype) -> str:
+def element_class(dtype: np.dtype) -> str:
     dtype = np.dtype(dtype)
     if dtype.kind == "f" or dtype.kind == "V":  # V: bfloat16 and friends
         return "half" if dtype.itemsize <= 2 else "float"
@@ -159,11 +159,11 @@ def vector_width(target: Target, dtype: np.dtype) -> int:
     return max(1, target.vector_bytes_per_cycle // max(1, np.dtype(dtype).itemsize))
 
 
-def _rate(op: VectorOp, dtype: np.dtype) -> Rate:
+def op_rate(op: VectorOp, dtype: np.dtype) -> Rate:
     """The op's rate for `dtype`; an op without one for that type (an integer op on floats,
     say) takes another type's, the most expensive."""
     rates = {"float": op.float, "half": op.half, "int": op.int}
-    found = rates[_class(dtype)]
+    found = rates[element_class(dtype)]
     if found is not None:
         return found
     return max((r for r in rates.values() if r is not None), key=lambda r: r.cycles)
@@ -185,7 +185,7 @@ def _loops(m: int, rate: Rate, width: int, overhead: int) -> int:
 
 def unary_cycles(name: str, elements: int, dtype: np.dtype, target: Target) -> int:
     """`UnaryOp1D`: 6 x (17, or 33 for exp, + inner loop) + 9 + 11 supervisor cycles."""
-    rate = _rate(VECTOR_OPS[name], dtype)
+    rate = op_rate(VECTOR_OPS[name], dtype)
     m = _per_worker(elements, target)
     prologue = 33 if name == "exponential" else 17
     inner = _loops(m, rate, vector_width(target, dtype), 4)
@@ -200,10 +200,10 @@ def binary_cycles(
     matmul adds each serial chunk into its partials) the worker prologue is 58
     (`getBinaryOp1DInPlaceEstimate`)."""
     op = VECTOR_OPS[name]
-    rate = _rate(op, dtype)
+    rate = op_rate(op, dtype)
     m = _per_worker(elements, target)
-    prologue = 58 if in_place else 29 if _class(dtype) == "float" else 26
-    overhead = 2 if op.assembly and _class(dtype) != "int" else 5
+    prologue = 58 if in_place else 29 if element_class(dtype) == "float" else 26
+    overhead = 2 if op.assembly and element_class(dtype) != "int" else 5
     # PopLibs' `binaryOpInnerLoopCycles`: whole loops of a natural vector or `unroll` elements
     per_loop = vector_width(target, dtype) if rate.natural else max(1, rate.unroll)
     cycles = rate.cycles + (overhead if rate.natural else 0)
@@ -217,17 +217,17 @@ def prologue_cycles(target: Target) -> int:
     return binary_cycles("add", 0, np.dtype(np.float32), target)
 
 
-def _compare(direction: str, dtype: np.dtype) -> int:
+def compare_cost(direction: str, dtype: np.dtype) -> int:
     """NOT_EQUAL is slower than the other comparisons: 20 (float) and 11 (half) per 4."""
     if direction == "NE":
-        return {"float": 20, "half": 11, "int": 22}[_class(dtype)]
-    return _rate(_COMPARE, dtype).cycles
+        return {"float": 20, "half": 11, "int": 22}[element_class(dtype)]
+    return op_rate(_COMPARE, dtype).cycles
 
 
 def compare_cycles(direction: str, elements: int, dtype: np.dtype, target: Target) -> int:
     m = _per_worker(elements, target)
-    prologue = 29 if _class(dtype) == "float" else 26
-    inner = math.ceil(m / 4) * _compare(direction, dtype)
+    prologue = 29 if element_class(dtype) == "float" else 26
+    inner = math.ceil(m / 4) * compare_cost(direction, dtype)
     return target.threads_per_tile * (prologue + inner) + 11
 
 
@@ -239,7 +239,7 @@ def select_cycles(elements: int, target: Target) -> int:
 def clamp_cycles(elements: int, dtype: np.dtype, target: Target) -> int:
     """`Clamp`, one vertex per worker: 5 + 6 + 2 cycles per natural vector (7 per integer)."""
     m = _per_worker(elements, target)
-    width = 1 if _class(dtype) == "int" else vector_width(target, dtype)
+    width = 1 if element_class(dtype) == "int" else vector_width(target, dtype)
     per_vector = 7 if width == 1 else 2  # integers: load three, compare twice, move, store
     inner = per_vector * (m + width - 1) // width  # `basicOpLoopCycles`
     return target.threads_per_tile * (5 + 6 + inner)
@@ -250,7 +250,7 @@ def _cast_worker(elements: int, source: np.dtype, dest: np.dtype, target: Target
     64-bit loads and one 64-bit store allow; other casts one element per two cycles."""
     load = vector_width(target, source)
     store = vector_width(target, dest)
-    aux = _class(source) != "int" and _class(dest) != "int"
+    aux = element_class(source) != "int" and element_class(dest) != "int"
     width = min(2 * load, store) if aux else 1
     per_vector = max(width // min(width, load), width // min(width, store)) + (0 if aux else 1)
     remainder = elements % width
@@ -324,15 +324,15 @@ def reduce_cycles(
             cycles += 12 + split
     else:  # `StridedReduce`: 16 cycles, then per 64 bits of outputs 3 + post + 3 + P - 1
         per_worker = _per_worker(outputs, target)
-        post = 5 if _class(dtype) != "half" else 8  # finish the loop and store (ADD)
+        post = 5 if element_class(dtype) != "half" else 8  # finish the loop and store (ADD)
         cycles = 16 + math.ceil(per_worker / width) * (3 + post + 3 + depth - 1)
     return workers * cycles * max(1, operands)
 
 
 def _partials(dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.float16) if _class(dtype) == "half" else np.dtype(np.float32)
+    return np.dtype(np.float16) if element_class(dtype) == "half" else np.dtype(np.float32)
 
 
 def _accumulator_width(dtype: np.dtype) -> int:
     """PopLibs' accumulators: 8 halves or 4 floats (`getAccVectorWidth`); integers one."""
-    return {"half": 8, "float": 4, "int": 1}[_class(dtype)]
+    return {"half": 8, "float": 4, "int": 1}[element_class(dtype)]

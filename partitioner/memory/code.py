@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowering import CONTRACTIONS, DATA_MOVEMENT, ELEMENTWISE, SHARD_OPS, SOURCES
+from lowering import CONTRACTIONS, DATA_MOVEMENT, ELEMENTWISE, FUSIONS, SHARD_OPS, SOURCES
 from partitioner.layout import tile_bytes
 from partitioner.program import Program, Superstep, Task
 from partitioner.target import Target
@@ -41,6 +41,7 @@ from partitioner.target import Target
 # of on-tile copies runs copy vertices, whatever its op.
 OP_VERTEX_KINDS: dict[str, str | None] = {
     **dict.fromkeys(ELEMENTWISE, "elementwise"),
+    **dict.fromkeys(FUSIONS, "elementwise"),  # a map expression's codelet
     **dict.fromkeys(CONTRACTIONS, "amp"),
     **dict.fromkeys(DATA_MOVEMENT, "copy"),
     **dict.fromkeys(SOURCES, "copy"),
@@ -172,7 +173,9 @@ def _codelet(item: _Step, kind: str) -> tuple[str, str, str]:
     """What tells codelets apart: their kind, their op when made per op, their element type."""
     op = item.task.op
     value = op.operands[0] if op.operands else op.results[0]
-    return (kind, op.name if kind in _PER_OP else "", str(value.dtype))
+    # a map expression's codelet is generated for its expression: fusions of one chain share it
+    name = "+".join(op.attrs["members"]) if op.name in FUSIONS else op.name
+    return (kind, name if kind in _PER_OP else "", str(value.dtype))
 
 
 def _vertex_code(steps: list[_Step], target: Target) -> np.ndarray:

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lowering import ELEMENTWISE, Op, Value, op_reads
+from lowering import ELEMENTWISE, FUSIONS, Op, Value, op_reads
 from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Program, Task
 
@@ -112,7 +112,7 @@ def _overwritable(task: Task) -> tuple[Value, ...]:
     tensor a dynamic update writes into."""
     if len(task.op.results) != 1 or task.aliases:
         return ()
-    if task.op.name in ELEMENTWISE:
+    if task.op.name in ELEMENTWISE or task.op.name in FUSIONS:
         return task.inputs
     if task.op.name == "dynamic_update_slice":
         return task.inputs[:1]

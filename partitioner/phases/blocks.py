@@ -69,14 +69,30 @@ def passes(tasks: Sequence[Task]) -> list[tuple[str, int, int]]:
 
 
 def signatures(tasks: Sequence[Task]) -> np.ndarray:
-    """Each task's op name and operand and result types, as small integers."""
+    """Each task's op name (a fusion's members too) and operand and result types, as small
+    integers."""
     ids: dict[tuple, int] = {}
 
     def types(values: Sequence[Value]) -> tuple:
         return tuple((v.shape, v.dtype.str) for v in values)
 
-    keys = [(t.op.name, types(t.op.operands), types(t.op.results)) for t in tasks]
-    return np.array([ids.setdefault(key, len(ids)) for key in keys], dtype=np.int64)
+    keys = [
+        (t.op.name, t.op.attrs.get("members"), types(t.op.operands), types(t.op.results))
+        for t in tasks
+    ]
+    return np.array(
+        [
+            _FREE if t.op.name in _SOURCES else ids.setdefault(k, len(ids))
+            for t, k in zip(tasks, keys, strict=True)
+        ],
+        dtype=np.int64,
+    )
+
+
+# Constants and their broadcasts: no work, and where fusion leaves them between a block's few
+# tasks, pairs of them would outvote the block's own period. They take no part in the votes.
+_SOURCES = frozenset({"constant", "broadcast_in_dim", "iota"})
+_FREE = -1
 
 
 def period(sigs: np.ndarray) -> int | None:
@@ -84,12 +100,14 @@ def period(sigs: np.ndarray) -> int | None:
     last: dict[int, int] = {}
     votes: Counter[int] = Counter()
     for i, sig in enumerate(sigs.tolist()):
+        if sig == _FREE:
+            continue
         if sig in last:
             votes[i - last[sig]] += 1
         last[sig] = i
     n = len(sigs)
     scored = [
-        (int(np.count_nonzero(sigs[:-gap] == sigs[gap:])), -gap)
+        (int(np.count_nonzero((sigs[:-gap] == sigs[gap:]) & (sigs[gap:] != _FREE))), -gap)
         for gap, _ in votes.most_common(CANDIDATES)
         if MIN_PERIOD <= gap <= n // 2
     ]

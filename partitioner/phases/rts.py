@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lowering import ELEMENTWISE, Value
+from lowering import ELEMENTWISE, FUSIONS, Op, Value
 from partitioner.cost.links import LinkModel
 from partitioner.cost.vector import prologue_cycles
 from partitioner.program import LOOP_MARKERS, Program, Superstep, Task, collective_step
@@ -26,7 +26,7 @@ from partitioner.program import LOOP_MARKERS, Program, Superstep, Task, collecti
 # Ops whose work splits over shards of their (non-scalar) operands: elementwise work, and the
 # views and transposes between a gradient's layout and its weight's (a reduce-scatter can cut
 # the gradient along whichever dimension its shard needs).
-_ON_SHARDS = ELEMENTWISE | {"broadcast_in_dim", "reshape", "transpose", "reduce"}
+_ON_SHARDS = ELEMENTWISE | FUSIONS | {"broadcast_in_dim", "reshape", "transpose", "reduce"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +134,23 @@ _SCALING = frozenset({"multiply", "divide"})  # linear in one operand: the first
 
 
 def _keeps_pending(task: Task, pending: set[Value]) -> bool:
-    name = task.op.name
-    read = [v in pending for v in task.op.operands]
+    return _op_keeps_pending(task.op, pending)
+
+
+def _op_keeps_pending(op: Op, pending: set[Value]) -> bool:
+    """Whether `op`'s results stay partial sums when it reads `pending` ones; a fusion's when
+    every member that reads one keeps it pending."""
+    if op.name in FUSIONS:
+        region = op.regions[0]
+        inner = {i for i, v in zip(region.inputs, op.operands, strict=True) if v in pending}
+        for member in region.ops:
+            if inner.intersection(member.operands):
+                if not _op_keeps_pending(member, inner):
+                    return False
+                inner.update(member.results)
+        return True
+    name = op.name
+    read = [v in pending for v in op.operands]
     if name in _LINEAR:
         return True
     if name == "multiply":

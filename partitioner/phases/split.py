@@ -143,7 +143,8 @@ def _split_one(program: Program, phases: Phases, target: Target) -> tuple[Progra
 
 
 def compute_target(target: Target, phases: Phases) -> Target:
-    """The tiles that compute: a phased program keeps its IO tiles for streaming."""
+    """The tiles that compute: a phased program keeps its IO tiles for streaming. The count
+    stays on the result (`io_tiles`), which a default would work out anew from fewer tiles."""
     io = target.phase_io_tiles
     if phases is None or not io:
         return target
@@ -151,7 +152,7 @@ def compute_target(target: Target, phases: Phases) -> Target:
         raise ConfigError(
             f"io_tiles={io} leaves no compute tiles of {target.tiles_per_ipu}; use fewer IO tiles"
         )
-    return target.with_tiles(target.tiles_per_ipu - io)
+    return dataclasses.replace(target.with_tiles(target.tiles_per_ipu - io), io_tiles=io)
 
 
 def phased_hint(program: Program, target: Target) -> str:

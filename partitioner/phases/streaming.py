@@ -11,7 +11,9 @@ phase gathers what it needs whole over IPU-Links, one ring per group of axes.
 Between two phases the IO path loads the next phase's inputs and stores the last one's outputs
 at once (full duplex), after a fixed latency, then the gathers run. Without IO tiles that
 window is exposed; with them it runs while the previous phase computes, and only what compute
-does not cover is exposed.
+does not cover is exposed. The IO tiles hold two pieces of the largest tensor streamed, one
+arriving while the other is copied on; a tensor too large for two to fit streams in pieces
+(`io_buffers`).
 """
 
 from __future__ import annotations
@@ -293,11 +295,56 @@ def phase_costs(
     return tuple(out)
 
 
-def io_tile_bytes(streams: Sequence[PhaseStream], io_tiles: int) -> np.ndarray:
-    """Bytes on each IO tile: tensors stream through the IO tiles one after another, each
-    copied on to the compute tiles while the next arrives, so the IO tiles hold two of the
-    largest tensor streamed, spread over them."""
-    if not io_tiles or not streams:
-        return np.zeros(0, np.int64)
-    largest = max(s.largest_bytes for s in streams)
-    return np.full(io_tiles, -(-2 * largest // io_tiles), np.int64)
+@dataclass(frozen=True, slots=True)
+class IOBuffers:
+    """The IO tiles' streaming buffers: every tensor streams through them in pieces of at most
+    `piece_bytes`, two in flight (one arriving while the other is copied on to the compute
+    tiles), spread evenly over the `tiles` IO tiles."""
+
+    tiles: int = 0
+    bytes_per_tile: int = 0
+    largest_bytes: int = 0  # the largest single tensor streamed
+    pieces: int = 0  # the pieces it streams in
+
+    @property
+    def piece_bytes(self) -> int:
+        return -(-self.largest_bytes // self.pieces) if self.pieces else 0
+
+    def note(self) -> str:
+        """What the buffers assume, when the largest tensor streams in pieces; else empty."""
+        if self.pieces <= 1:
+            return ""
+        return (
+            f"IO tiles: the largest tensor streamed ({self.largest_bytes:,} B) does not fit "
+            f"twice on the {self.tiles} IO tiles; it streams in {self.pieces} pieces of "
+            f"{self.piece_bytes:,} B, two in flight ({self.bytes_per_tile:,} B an IO tile), "
+            "assumed to cost what the whole tensor does (docs/target.md, 'Streaming memory, "
+            "host and phases')"
+        )
+
+
+NO_IO_BUFFERS = IOBuffers()  # a program without IO tiles, or nothing streamed
+
+
+def io_buffers(streams: Sequence[PhaseStream], io_tiles: int, budget: int) -> IOBuffers:
+    """The IO tiles' buffers as Poplar places them: two of the largest tensor streamed, spread
+    over the IO tiles; when that exceeds their `budget` (bytes a tile), the tensor streams in
+    the fewest equal pieces of which two fit, as a stream copy moves a tensor in parts."""
+    largest = max((s.largest_bytes for s in streams), default=0)
+    if not io_tiles or not largest:
+        return NO_IO_BUFFERS
+    pieces = max(1, -(-2 * largest // (io_tiles * budget)))
+    while pieces < largest and _per_tile(largest, pieces, io_tiles) > budget:
+        pieces += 1  # rounding a piece up to whole bytes can overflow the budget by a byte
+    return IOBuffers(io_tiles, _per_tile(largest, pieces, io_tiles), largest, pieces)
+
+
+def _per_tile(largest: int, pieces: int, io_tiles: int) -> int:
+    """Bytes an IO tile holds of two pieces in flight."""
+    return -(-2 * -(-largest // pieces) // io_tiles)
+
+
+def io_tile_bytes(streams: Sequence[PhaseStream], io_tiles: int, budget: int) -> np.ndarray:
+    """Bytes on each IO tile: its share of the streaming buffers (`io_buffers`)."""
+    buffers = io_buffers(streams, io_tiles, budget)
+    return np.full(buffers.tiles, buffers.bytes_per_tile, np.int64)

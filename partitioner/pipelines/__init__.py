@@ -6,6 +6,8 @@ through them, gradients accumulated and the weights updated once per step.
     microbatch     which tasks run once per micro-batch, which once per step (`MICROBATCH`)
     stages         each task's stage and kind (`StageSplit`, `split_stages`, `balanced_stages`)
     stage_program  each stage's own program, in the order its IPU runs it
+    recompute      recomputation: a stage's forward run again block by block in its backward,
+                   its checkpoints (`recomputed`, `checkpoints`)
     stage_memory   each stage's memory: liveness plus the stash of the micro-batches in flight;
                    stages over budget re-planned (`fit_stages`)
     stage_costs    each stage's cycles per micro-batch and per step, and its traffic

@@ -27,13 +27,14 @@ class Pipeline:
     contiguous stages as the axis has IPUs, balancing each stage's cycles, as Graphcore's
     auto-pipeliner does), or one entry per stage: a scope name or a sequence of scope names.
     `microbatches`: how many micro-batches a step's batch is cut into (Graphcore's gradient
-    accumulation count). `recompute`: each stage recomputes its forward in its backward from
-    the stage's inputs, so it stashes only those per micro-batch in flight (Graphcore's
-    recomputation checkpoints at stage boundaries). `batch_argnums`: the positional arguments
-    whose leading dimension is the batch (default: the last one, as in `step(params,
-    opt_state, batch)`). `optimizer_state_offchip`: what only the update reads (an optimizer's
-    moments) stays in streaming memory and is streamed in and out for the update, as
-    Graphcore's BERT ran (`optimizer_state_offchip`)."""
+    accumulation count). `recompute`: each stage recomputes its forward in its backward, block
+    by block (each `jax.named_scope` a layer), so it stashes per micro-batch in flight only its
+    inputs and each block's output that another of its blocks reads (Graphcore's BERT, a
+    recomputation checkpoint on every layer's output; `recompute.py`). `batch_argnums`: the
+    positional arguments whose leading dimension is the batch (default: the last one, as in
+    `step(params, opt_state, batch)`). `optimizer_state_offchip`: what only the update reads
+    (an optimizer's moments) stays in streaming memory and is streamed in and out for the
+    update, as Graphcore's BERT ran (`optimizer_state_offchip`)."""
 
     axis: str
     stages: Any = "auto"

@@ -1,4 +1,5 @@
-"""Each stage's IPU memory: its program's by liveness, plus the activations it stashes for the
+"""Each stage's IPU memory: its program's by liveness (with recomputation, its forward run again
+block by block in its backward, `recompute.recomputed`), plus the activations it stashes for the
 micro-batches in flight; stages over budget get their matmuls re-planned (`fit_stages`)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from partitioner.memory.liveness import PhaseBounds
 from partitioner.memory.tiles import TileMemory, task_excess, tile_memory
 from partitioner.phases.scopes import BACKWARD, FORWARD
 from partitioner.pipelines.pipeline import Pipeline
+from partitioner.pipelines.recompute import checkpoints, recomputed
 from partitioner.pipelines.stage_program import stage_order, stage_program
 from partitioner.pipelines.stages import StageSplit
 from partitioner.program import Program
@@ -28,8 +30,9 @@ def in_flight(stage: int, stages: int, microbatches: int) -> int:
 
 def stashed(program: Program, split: StageSplit, stage: int, recompute: bool) -> list[Value]:
     """What the stage keeps per micro-batch from its forward to its backward: with
-    recomputation, the inputs its forward receives from the previous stage; without, every
-    value its backward reads that its forward made or received."""
+    recomputation, the inputs its forward receives from the previous stage and its blocks'
+    checkpoints (`recompute.checkpoints`); without, every value its backward reads that its
+    forward made or received."""
     forward = split.indices(stage, (FORWARD,))
     backward = split.indices(stage, (BACKWARD,))
     made_forward = {v for i in forward for v in program.tasks[i].op.results}
@@ -42,20 +45,26 @@ def stashed(program: Program, split: StageSplit, stage: int, recompute: bool) ->
         if v not in made_here and v not in arguments
     }
     if recompute:
-        return sorted(received, key=lambda v: v.id)
+        return sorted(received | checkpoints(program, split, stage), key=lambda v: v.id)
     read_back = {v for i in backward for v in program.tasks[i].inputs}
     return sorted(read_back & (made_forward | received), key=lambda v: v.id)
 
 
 def _stage_view(
     program: Program, split: StageSplit, stage: int, pipeline: Pipeline, target: Target
-) -> tuple[Program, PhaseBounds | None, np.ndarray]:
-    """The stage's program as its memory sees it, its phases (with the optimizer state off
-    chip, the update is a phase of its own, so what only it reads is on chip only while it
-    runs, and each result streams out as it is made), and its stash per tile for the other
-    micro-batches in flight."""
-    own = stage_program(program, split, stage)
-    per_microbatch_tasks = len(split.indices(stage, (FORWARD, BACKWARD)))
+) -> tuple[Program, PhaseBounds | None, np.ndarray, list[int]]:
+    """The stage's program as its memory sees it (recomputed, `recompute.recomputed`, with
+    `pipeline.recompute`), its phases (with the optimizer state off chip, the update is a
+    phase of its own, so what only it reads is on chip only while it runs, and each result
+    streams out as it is made), its stash per tile for the other micro-batches in flight, and
+    for each of its tasks the position in `stage_order` of the task it runs."""
+    if pipeline.recompute:
+        own, origin = recomputed(program, split, stage)
+    else:
+        own = stage_program(program, split, stage)
+        origin = list(range(len(own.tasks)))
+    per_microbatch = len(split.indices(stage, (FORWARD, BACKWARD)))
+    per_microbatch_tasks = sum(p < per_microbatch for p in origin)
     bounds = None
     if pipeline.optimizer_state_offchip and 0 < per_microbatch_tasks < len(own.tasks):
         bounds = PhaseBounds([(0, per_microbatch_tasks), (per_microbatch_tasks, len(own.tasks))])
@@ -67,7 +76,7 @@ def _stage_view(
         for value in stashed(program, split, stage, pipeline.recompute):
             layout = program.layouts[value]
             stash[layout.start : layout.stop] += tile_bytes(layout, value.dtype)
-    return own, bounds, extra * stash
+    return own, bounds, extra * stash, origin
 
 
 def stage_memory(
@@ -76,7 +85,7 @@ def stage_memory(
     """The stage's own program (`_stage_view`) and its tile memory by liveness over it, its
     stash for the micro-batches in flight among the not-always-live variables (the memory's
     peak tasks index that program)."""
-    own, bounds, stash = _stage_view(program, split, stage, pipeline, target)
+    own, bounds, stash, _ = _stage_view(program, split, stage, pipeline, target)
     memory = tile_memory(own, target, bounds)
     return own, dataclasses.replace(memory, not_always_live=memory.not_always_live + stash)
 
@@ -95,8 +104,8 @@ def fit_stages(
         changed = False
         for s in range(split.stages):
             order = stage_order(program, split, s)
-            own, bounds, extra = _stage_view(program, split, s, pipeline, target)
-            excess = task_excess(own, target, bounds, extra)
+            own, bounds, extra, origin = _stage_view(program, split, s, pipeline, target)
+            excess = _by_origin(task_excess(own, target, bounds, extra), origin, len(order))
             if max(excess, default=0) <= 0 or max(excess) >= worst.get(s, max(excess) + 1):
                 continue
             worst[s] = max(excess)
@@ -108,3 +117,12 @@ def fit_stages(
             break
         program = dataclasses.replace(program, tasks=tuple(tasks))
     return program
+
+
+def _by_origin(excess: list[int], origin: list[int], count: int) -> list[int]:
+    """Each of a stage's `count` tasks' excess, the most of its runs (a recomputed task runs
+    with other tensors live than its first run, and one plan serves both)."""
+    out = [0] * count
+    for p, over in zip(origin, excess, strict=True):
+        out[p] = max(out[p], over)
+    return out

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lowering import COLLECTIVES, ELEMENTWISE, SHARD_OPS, Op, binary_op, scatter_combiner
+from lowering import COLLECTIVES, ELEMENTWISE, FUSIONS, SHARD_OPS, Op, binary_op, scatter_combiner
 from partitioner.sharding.specs import Axes, Sharding
 
 Dims = tuple[int | None, ...]
@@ -420,14 +420,15 @@ def _convolution_factor_rule(op: Op) -> Factors:
     """A convolution as the matmul PopLibs sees: the batch and the output features split
     freely, the input features are a reduction factor (each IPU convolves its channels into a
     partial sum). In a weight gradient jax puts the images' batch in the input-feature role,
-    so a data-parallel batch leaves the gradient a partial sum, finished by an AllReduce.
-    Spatial dims correspond only where a window is one element with no stride, padding or
-    dilation (a 1x1 convolution); other windows read neighbours (halos), so they stay whole
-    across IPUs. Grouped convolutions keep their features whole."""
+    so a data-parallel batch leaves the gradient a partial sum, finished by an AllReduce; a
+    grouped convolution's weight gradient (`batch_group_count` > 1, the channels in the batch
+    role) alike. Spatial dims correspond only where a window is one element with no stride,
+    padding or dilation (a 1x1 convolution); other windows read neighbours (halos), so they
+    stay whole across IPUs. A grouped convolution's features stay whole: its groups would
+    split only with its group count rewritten per IPU."""
     a = op.attrs
     (lb, lf, *ls), (ro, ri, *rs), (ob, of, *os_) = a["dimension_numbers"]
     lhs, rhs = op.operands
-    groups = a["feature_group_count"] > 1 or a["batch_group_count"] > 1
     left: list[int | None] = [None] * len(lhs.shape)
     right: list[int | None] = [None] * len(rhs.shape)
     out: list[int | None] = [None] * len(op.results[0].shape)
@@ -435,18 +436,15 @@ def _convolution_factor_rule(op: Op) -> Factors:
     reduction: frozenset[int] = frozenset()
     if a["batch_group_count"] == 1:
         left[lb] = out[ob] = 0
-    if not groups:
-        right[ro] = out[of] = 1
+    if a["feature_group_count"] == 1:
+        # The contracted features (a weight gradient's images, in every group).
         left[lf] = right[ri] = 2
         reduction = frozenset({2})
+    if a["feature_group_count"] == a["batch_group_count"] == 1:
+        right[ro] = out[of] = 1
     for i, (l_dim, r_dim, o_dim) in enumerate(zip(ls, rs, os_, strict=True)):
-        point = (
-            rhs.shape[r_dim] == 1
-            and a["window_strides"][i] == 1
-            and a["padding"][i] == (0, 0)
-            and a["lhs_dilation"][i] == 1
-        )
-        if point:
+        window = (rhs.shape[r_dim], a["window_strides"][i], a["padding"][i], a["lhs_dilation"][i])
+        if window == (1, 1, (0, 0), 1):  # one element, no stride, padding or dilation
             left[l_dim] = out[o_dim] = len(sizes)
             sizes.append(lhs.shape[l_dim])
     return Factors(
@@ -492,4 +490,6 @@ FACTOR_RULES: dict[str, FactorRule] = {
     "case": _replicated_factor_rule,
     # Ops the partitioner inserts into per-IPU programs; a global program has none.
     **dict.fromkeys(COLLECTIVES | SHARD_OPS, _replicated_factor_rule),
+    # made after partitioning (`lowering.fusion`): never propagated through
+    **dict.fromkeys(FUSIONS, _replicated_factor_rule),
 }

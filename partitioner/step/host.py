@@ -9,8 +9,9 @@ every other result (the loss, metrics) goes back. An inference function `f(param
 return its weights, so they count as sent each step unless they are marked resident
 (`ipujax.jit(resident_argnums=...)`, `Options.resident_inputs`): loaded onto the IPUs once, as
 Poplar loads a model's weights, and never sent per step. A transfer costs a latency and its
-bytes at the host rate, which the machine's host link caps when its IPUs all transfer; with IO
-tiles it hides behind the step's compute.
+bytes at the host rate, which the machine's host link caps when its IPUs all transfer. What
+compute hides, a loop's prefetched slices or a phased program's IO tiles, is `prefetch.py`'s;
+the rest is charged, and `HostTransfers` says which is which.
 """
 
 from __future__ import annotations
@@ -22,16 +23,48 @@ from typing import Any
 
 from lowering import Graph, SourceLoc, Value
 from partitioner.mesh import Mesh, System
+from partitioner.phases.streaming import streaming_cycles
 from partitioner.program import Program, Superstep
+from partitioner.step.prefetch import StreamedLoop, io_tile_slack, streamed_loops
 from partitioner.target import Target
 
 
 @dataclass(frozen=True, slots=True)
 class HostIO:
-    """Bytes each IPU receives from and sends to the host in one step."""
+    """Bytes each IPU receives from and sends to the host in one step, and the per-IPU
+    program's values they are (None when only the bytes are known: nothing then overlaps)."""
 
     input_bytes: int = 0
     output_bytes: int = 0
+    inputs: tuple[Value, ...] | None = None
+    outputs: tuple[Value, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostTransfers:
+    """The step's host transfers as charged: a superstep at its start (every input's bytes,
+    a loop's prefetched slices too) and one at its end, each with its exposed cycles; the
+    cycles compute hid, and how."""
+
+    inputs: Superstep
+    outputs: Superstep
+    io: HostIO
+    hidden_cycles: int = 0
+    how: str = ""
+
+    @property
+    def charged_cycles(self) -> int:
+        return self.inputs.link_cycles + self.outputs.link_cycles
+
+    def note(self) -> str:
+        """What was hidden and what charged, when compute hid some; else empty."""
+        if not self.hidden_cycles:
+            return ""
+        whole = self.hidden_cycles + self.charged_cycles
+        return (
+            f"host: {self.hidden_cycles:,} of the transfers' {whole:,} cycles hidden behind "
+            f"compute, {self.charged_cycles:,} charged: {self.how}"
+        )
 
 
 def _returns_several(tree: Any) -> bool:
@@ -109,9 +142,10 @@ def _sent_results(graph: Graph) -> list[Value]:
 def host_io(graph: Graph, resident: Sequence[int] = ()) -> HostIO:
     """What one IPU of `graph` (a per-IPU program) exchanges with the host per step; the
     `resident` inputs (flat indices) live on the IPUs between steps and are not sent."""
-    sent = sent_arguments(graph, resident)
-    received = sum(graph.inputs[i].nbytes for flat in sent for i in flat)
-    return HostIO(received, sum(v.nbytes for v in _sent_results(graph)))
+    sent = tuple(graph.inputs[i] for flat in sent_arguments(graph, resident) for i in flat)
+    returned = tuple(_sent_results(graph))
+    received = sum(v.nbytes for v in sent)
+    return HostIO(received, sum(v.nbytes for v in returned), sent, returned)
 
 
 def host_rate(target: Target, system: System | None, ipus: int) -> float:
@@ -129,42 +163,86 @@ def host_cycles(target: Target, nbytes: int, rate: float) -> int:
     return target.host_latency_cycles + math.ceil(nbytes * target.clock_hz / rate)
 
 
-def host_supersteps(
-    io: HostIO, target: Target, rate: float, hidden: int
-) -> tuple[Superstep, Superstep]:
-    """The step's transfers from and to the host, as supersteps of their own at its start and
-    end: what `hidden` cycles of compute (IO tiles streaming while others compute) do not
-    cover is exposed."""
-    steps = []
-    for name, nbytes in (("inputs", io.input_bytes), ("outputs", io.output_bytes)):
-        cycles = host_cycles(target, nbytes, rate)
-        covered = min(cycles, hidden)
-        hidden -= covered
-        steps.append(
-            Superstep(
-                name=f"host: {name}",
-                op="host_copy",
-                source=str(SourceLoc()),
-                tiles=0,
-                flops=0,
-                exchange_bytes=nbytes,
-                compute_cycles=0,
-                exchange_cycles=0,
-                sync_cycles=0,
-                sync_group="host",
-                link_cycles=cycles - covered,
-                kind="host",
-            )
-        )
-    return steps[0], steps[1]
+def _host_step(name: str, nbytes: int, exposed: int) -> Superstep:
+    """A transfer from or to the host as a superstep of its own, its `exposed` cycles charged."""
+    return Superstep(
+        name=f"host: {name}",
+        op="host_copy",
+        source=str(SourceLoc()),
+        tiles=0,
+        flops=0,
+        exchange_bytes=nbytes,
+        compute_cycles=0,
+        exchange_cycles=0,
+        sync_cycles=0,
+        sync_group="host",
+        link_cycles=exposed,
+        kind="host",
+    )
+
+
+def _later_trips(loop: StreamedLoop, target: Target, rate: float) -> int:
+    """A loop's slices after the first: each is fetched while the trip before runs, then
+    copied onto the tiles at the streaming rate, so a trip pays the copy, or what the host
+    link cannot deliver within the trip, whichever is more."""
+    fetch = host_cycles(target, loop.trip_bytes, rate)
+    copy = streaming_cycles(target, loop.trip_bytes)
+    return (loop.trips - 1) * max(copy, fetch - loop.trip_cycles)
+
+
+def _prefetched(io: HostIO, program: Program, target: Target, rate: float) -> HostTransfers:
+    """The step's transfers when the tiles do them (no IO tiles): the inputs in one transfer
+    at its start, or, when it costs less, a loop's later slices prefetched trip by trip
+    (`prefetch.py`) and the rest at the start; the results at its end."""
+    whole = host_cycles(target, io.input_bytes, rate)
+    loops = streamed_loops(program, io.inputs or ())
+    first = io.input_bytes - sum(loop.later_bytes for loop in loops)
+    charged = host_cycles(target, first, rate) + sum(_later_trips(x, target, rate) for x in loops)
+    how = "; ".join(
+        f"the loop at {x.loop.op.loc} reads {x.trip_bytes:,} B a trip: each of its "
+        f"{x.trips - 1} later trips' slices is fetched while the trip before "
+        f"({x.trip_cycles:,} cycles) runs, then copied onto the tiles"
+        for x in loops
+    )
+    if charged >= whole:  # slices too small for their trips: sent whole at the start
+        charged, how = whole, ""
+    return HostTransfers(
+        _host_step("inputs", io.input_bytes, charged),
+        _host_step("outputs", io.output_bytes, host_cycles(target, io.output_bytes, rate)),
+        io,
+        whole - charged,
+        how,
+    )
+
+
+def _on_io_tiles(io: HostIO, program: Program, target: Target, rate: float) -> HostTransfers:
+    """A phased program's transfers, which its IO tiles move while the compute tiles run the
+    tasks before the first reader of an input and after the last maker of a result."""
+    before, after = io_tile_slack(program, io.inputs or (), io.outputs or ())
+    fetch = host_cycles(target, io.input_bytes, rate)
+    send = host_cycles(target, io.output_bytes, rate)
+    hid_in, hid_out = min(fetch, before), min(send, after)
+    how = (
+        f"the IO tiles load the inputs during the {before:,} cycles before the first task "
+        f"that reads one and send the results during the {after:,} after the last that "
+        "makes one"
+    )
+    return HostTransfers(
+        _host_step("inputs", io.input_bytes, fetch - hid_in),
+        _host_step("outputs", io.output_bytes, send - hid_out),
+        io,
+        hid_in + hid_out,
+        how,
+    )
 
 
 def step_transfers(
     io: HostIO, program: Program, mesh: Mesh, target: Target, phased: bool
-) -> tuple[Superstep, Superstep]:
-    """The step's host transfers of `io` at the rate the mesh's IPUs share; a phased program's
-    IO tiles hide them behind its compute."""
-    hidden = 0
+) -> HostTransfers:
+    """The step's host transfers of `io` at the rate the mesh's IPUs share: a phased
+    program's IO tiles move them while it computes; without them, the tiles do, a loop's
+    later slices prefetched while the trip before runs."""
+    rate = host_rate(target, mesh.system, mesh.ipus)
     if phased and target.phase_io_tiles:
-        hidden = sum(s.compute_cycles for s in program.supersteps)
-    return host_supersteps(io, target, host_rate(target, mesh.system, mesh.ipus), hidden)
+        return _on_io_tiles(io, program, target, rate)
+    return _prefetched(io, program, target, rate)

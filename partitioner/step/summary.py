@@ -17,8 +17,16 @@ from partitioner.cost.compute import amp_flops_per_cycle
 from partitioner.cost.links import CollectiveCost
 from partitioner.memory.liveness import PhaseBounds
 from partitioner.phases.plan import PhasePlan
-from partitioner.phases.streaming import PhaseCost, PhaseStream, phase_costs
+from partitioner.phases.streaming import (
+    NO_IO_BUFFERS,
+    IOBuffers,
+    PhaseCost,
+    PhaseStream,
+    io_buffers,
+    phase_costs,
+)
 from partitioner.program import Program, Superstep
+from partitioner.step.host import HostTransfers
 from partitioner.target import Target
 
 
@@ -36,6 +44,15 @@ class StepCost:
     streaming_bytes: int  # to and from streaming memory
     peak_flops_per_cycle: int  # per tile, at the precision of the largest contraction
     host_bytes: int = 0  # to and from the host
+    host: HostTransfers | None = None  # what was hidden of them and what charged
+    io_buffers: IOBuffers = NO_IO_BUFFERS  # a phased program's IO tiles' streaming buffers
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the step's figures assume of its IO, one line each: host transfers hidden
+        behind compute, a tensor streamed through the IO tiles in pieces."""
+        lines = (self.host.note() if self.host else "", self.io_buffers.note())
+        return tuple(line for line in lines if line)
 
 
 def matmul_dtype(program: Program) -> np.dtype:
@@ -82,13 +99,14 @@ def step_cost(
     bounds: PhaseBounds | None,
     phases: Sequence[PhaseCost],
     target: Target,
-    host: tuple[Superstep, Superstep] | None = None,
+    host: HostTransfers | None = None,
+    buffers: IOBuffers = NO_IO_BUFFERS,
 ) -> StepCost:
     """The cost of one step of `program` on `target` (its compute tiles), phased by `bounds`,
-    between its transfers from and to the host."""
+    between its transfers from and to the host; `buffers` are its IO tiles'."""
     steps = tuple(_in_order(program, bounds, phases, target))
     if host is not None:
-        steps = (host[0], *steps, host[1])
+        steps = (host.inputs, *steps, host.outputs)
     collectives = tuple(s.collective for s in program.supersteps if s.collective is not None)
     return StepCost(
         supersteps=steps,
@@ -101,6 +119,8 @@ def step_cost(
         streaming_bytes=sum(p.streaming_bytes for p in phases),
         peak_flops_per_cycle=amp_flops_per_cycle(target, matmul_dtype(program)),
         host_bytes=sum(s.exchange_bytes for s in steps if s.kind == "host"),
+        host=host,
+        io_buffers=buffers,
     )
 
 
@@ -110,15 +130,18 @@ def program_cost(
     phase_peaks: Sequence[int],
     streams: Sequence[PhaseStream],
     target: Target,
-    host: tuple[Superstep, Superstep],
+    host: HostTransfers,
 ) -> StepCost:
     """The step's cost of `program`: phased by `plan`, each phase's compute and its streams
-    (`phases.streaming`), between the host's transfers."""
+    (`phases.streaming`), between the host's transfers. The IO tiles' buffers stay allocated
+    through every phase, so each phase's fullest tile is at least an IO tile."""
     if plan is None:
         return step_cost(program, None, (), target, host)
     compute = [
         sum(step.cycles for task in program.tasks[a:b] for step in task.supersteps)
         for a, b in plan.bounds.bounds
     ]
-    phases = phase_costs(plan.names, compute, streams, phase_peaks, target)
-    return step_cost(program, plan.bounds, phases, target, host)
+    buffers = io_buffers(streams, target.phase_io_tiles, target.bytes_per_tile)
+    peaks = [max(peak, buffers.bytes_per_tile) for peak in phase_peaks]
+    phases = phase_costs(plan.names, compute, streams, peaks, target)
+    return step_cost(program, plan.bounds, phases, target, host, buffers)

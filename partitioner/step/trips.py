@@ -115,7 +115,12 @@ def counted_cost(built: Costed, trips: Mapping[Value, int]) -> StepCost:
     charged the trips a run counted: the same summary `build` makes."""
     program = with_trips(built.program, trips)
     sent, returned = built.cost.supersteps[0], built.cost.supersteps[-1]
-    io = HostIO(sent.exchange_bytes, returned.exchange_bytes)  # the same bytes as built
+    # the same transfers as built, with what its loops hide
+    io = (
+        built.cost.host.io
+        if built.cost.host is not None
+        else HostIO(sent.exchange_bytes, returned.exchange_bytes)
+    )
     # A phased program's IO tiles hide the transfers behind its compute, which the trips change.
     host = step_transfers(io, program, built.mesh, built.target, built.plan is not None)
     memory = built.memory

@@ -44,6 +44,14 @@ class MappingContext:
         self._next_start = layout.stop % t.tiles_per_ipu
         return layout
 
+    def spread(self, tiles: int) -> int:
+        """The first of `tiles` tiles for a small result a rule places itself (a reduction's),
+        where the last small tensor stopped, as `linear` places them."""
+        count = self.target.tiles_per_ipu
+        start = self._next_start if self._next_start + tiles <= count else 0
+        self._next_start = (start + tiles) % count
+        return start
+
     def schedule_region(self, region: Graph, given: Mapping[Value, Layout]) -> Program:
         if self.region_scheduler is None:
             raise ValueError("this context schedules no regions")

@@ -21,9 +21,10 @@ import numpy as np
 from partitioner.cost.amp import amp_cycles, in_chans_per_group, partials_reduce_cycles
 from partitioner.cost.copies import transpose_cycles
 from partitioner.cost.exchange import exchange_cycles
+from partitioner.cost.mac import mac_cycles
 from partitioner.cost.vector import binary_cycles, cast_cycles
 from partitioner.target import Target
-from partitioner.tiles.conv_field import ConvField, input_elements
+from partitioner.tiles.conv_field import ConvField, block_extents, input_elements
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,8 @@ class MatmulPlan:
     cycles: int
     temp_bytes_per_tile: int
     spread: int = 1  # a K split's partials reduced on k tiles per output block, N split further
-    swap: bool = False  # the AMP's rows are N's and its output channels M's
+    swap: bool = False  # the vertex's rows are N's and its output channels M's
+    vertex: str = "amp"  # the tiles' vertex: "amp" (ConvPartial1x1Out) or "mac" (HorizontalMac)
 
     @property
     def tiles(self) -> int:
@@ -99,9 +101,10 @@ class _Problem:
 
 
 class TileCycles(NamedTuple):
-    """One tile's cycles for a split: operands rearranged for the AMP, the AMP vertex over
+    """One tile's cycles for a split: operands rearranged for the vertex, the vertex over
     every serial chunk, the chunks' partials added up, the K tiles' partials reduced, and the
-    partials cast to the result's type; and whether the AMP runs the operands swapped."""
+    partials cast to the result's type; whether the vertex runs the operands swapped, and
+    which vertex it is ("amp" or "mac")."""
 
     rearrange: int
     amp: int
@@ -109,6 +112,7 @@ class TileCycles(NamedTuple):
     reduce: int
     cast: int
     swap: bool = False
+    vertex: str = "amp"
 
 
 def _spread(split: tuple[int, ...], cols: int) -> int:
@@ -126,13 +130,55 @@ def _regroup(elements: int, p: _Problem, t: Target) -> int:
     return transpose_cycles(matrices, t.amp_out_chans, group, p.in_itemsize, t)
 
 
+def _is_matrix(p: _Problem) -> bool:
+    """Whether a tile's block is a plain matrix to the vertices: a matmul's, or a 1x1
+    convolution's with unit strides and no dilation (PopLibs flattens its field into rows)."""
+    f = p.field
+    if f is None:
+        return True
+    unit = all(s == 1 for s in (*f.strides, *f.kernel_dilation, *f.input_dilation))
+    return f.kernel_positions == 1 and unit
+
+
+def _mac_geometry(p: _Problem, rows: int, depth: int) -> tuple[int, int, int]:
+    """How the MAC vertex sees a tile's block of `rows` outputs and `depth`: the field rows
+    its outputs lie in, the input channels of each dot product, and the kernel positions it
+    walks (the tile's block is a run of rows, `conv_field.block_extents`). A matrix is one row
+    of `rows` outputs and `depth` channels at one position."""
+    if _is_matrix(p):
+        return 1, depth, 1
+    assert p.field is not None
+    width = max(1, round(block_extents(p.field.rows, rows)[-1]))
+    _, *kernel = block_extents(p.field.depth, depth)
+    positions = max(1, round(math.prod(kernel)))
+    return _ceil(rows, width), _ceil(depth, positions), positions
+
+
+def _vertex_cycles(p: _Problem, block: tuple[int, ...], t: Target) -> tuple[int, bool, str]:
+    """The cheapest vertex for one tile's [bb, mb, kb] x [bb, kb, nb] block, as PopLibs'
+    planner weighs its candidates (`getConvVertexTypeCandidates`): the AMP with the operands
+    as given or swapped (the planner's `swapOperands`), and the horizontal MAC, which pays for
+    output channels one at a time where the AMP pays for 16 (swapped only for a matrix).
+    Returns the cycles, whether swapped, and the vertex; the AMP wins ties."""
+    bb, mb, nb, kb = block
+    field_rows, chans, positions = _mac_geometry(p, mb, kb)
+    options = [
+        (amp_cycles(mb, kb, nb, bb, p.in_dtype, t), False, "amp"),
+        (amp_cycles(nb, kb, mb, bb, p.in_dtype, t), True, "amp"),
+        (mac_cycles(mb, chans, nb, bb, p.in_dtype, t, field_rows, positions), False, "mac"),
+    ]
+    if _is_matrix(p):
+        options.append((mac_cycles(nb, kb, mb, bb, p.in_dtype, t), True, "mac"))
+    return min(options, key=lambda option: option[0])
+
+
 def tile_cycles(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> TileCycles:
     """What PopLibs' estimators charge the busiest tile of a split (docs/target.md, "Compute"):
-    `ConvPartial1x1Out` over the tile's [bb, mb, kb] x [bb, kb, nb] blocks (or, operands
-    swapped, [bb, nb, kb] x [bb, kb, mb], whichever is faster: the planner's `swapOperands`),
-    K in `serial` chunks each added into the partials, a transpose of an operand whose
-    channels are not innermost, and for a K split the partials reduced by the k tiles each
-    taking a share of the outputs, then cast to the result's type."""
+    the cheapest vertex over the tile's [bb, mb, kb] x [bb, kb, nb] blocks (`_vertex_cycles`:
+    `ConvPartial1x1Out` or `ConvPartialHorizontalMac`, operands as given or swapped), K in
+    `serial` chunks each added into the partials, a transpose of an operand whose channels
+    are not innermost, and for a K split the partials reduced by the k tiles each taking a
+    share of the outputs, then cast to the result's type."""
     b, m, n, k = split
     bb, mb, nb, kb = _ceil(p.batch, b), _ceil(p.rows, m), _ceil(p.cols, n), _ceil(p.depth, k)
     lhs, rhs = p.rearrange
@@ -141,12 +187,10 @@ def tile_cycles(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> 
     )
     outputs = bb * mb * nb
     chunk = _ceil(kb, serial)
-    swap = False
+    swap, vertex = False, "amp"
     if p.partial_dtype.kind in "fV":
-        plain = amp_cycles(mb, chunk, nb, bb, p.in_dtype, t)
-        swapped = amp_cycles(nb, chunk, mb, bb, p.in_dtype, t)
-        swap = swapped < plain
-        amp = serial * min(plain, swapped)
+        cycles, swap, vertex = _vertex_cycles(p, (bb, mb, nb, chunk), t)
+        amp = serial * cycles
     else:  # no AMP for integers: a multiply and an add per product on the vector path
         amp = serial * 2 * binary_cycles("multiply", outputs * chunk, p.partial_dtype, t)
     accumulate = 0
@@ -160,7 +204,7 @@ def tile_cycles(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> 
     cast = 0
     if k == 1 and p.out_dtype != p.partial_dtype:
         cast = cast_cycles(outputs, p.partial_dtype, p.out_dtype, t)
-    return TileCycles(rearrange, amp, accumulate, reduce, cast, swap)
+    return TileCycles(rearrange, amp, accumulate, reduce, cast, swap, vertex)
 
 
 def _evaluate(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> MatmulPlan:
@@ -176,7 +220,7 @@ def _evaluate(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> Ma
     if k > 1:  # each tile receives the k partials of its share of an output block
         total += exchange_cycles(t, k * _ceil(partial_bytes, spread)) + t.sync_cycles
     temp = in_bytes // serial + partial_bytes * (2 if k > 1 else 1)
-    return MatmulPlan(b, m, n, k, serial, total, temp, spread, cycles.swap)
+    return MatmulPlan(b, m, n, k, serial, total, temp, spread, cycles.swap, cycles.vertex)
 
 
 def problem(

@@ -137,13 +137,16 @@ def test_recompute_runs_the_forward_again_in_the_backward(tiny: Tiny) -> None:
         assert r.peak_tile_bytes <= p.peak_tile_bytes
     # pp=2, N=4: stage 0 holds min(4, 3) = 3 micro-batches, stage 1 one.
     assert [s.in_flight for s in again.stages] == [3, 1]
-    # Recomputing, a stage stashes only what its forward receives: stage 0 reads arguments
-    # alone; stage 1 the activations stage 0 sends, a micro-batch of 8 / 4 = 2 sequences over
-    # dp=2: 1 x 16 tokens x 32 x 4 bytes = 2,048.
+    # Recomputing, a stage stashes what its forward receives and each block's output another
+    # of its blocks reads (Graphcore's checkpoint per layer). A micro-batch is 8 / 4 = 2
+    # sequences over dp=2, 1 per IPU: an activation is 1 x 16 tokens x 32 x 4 bytes = 2,048.
+    # Stage 0 receives arguments alone and stashes embed's output, which layer0 reads; stage 1
+    # what stage 0 sends, layer1's output (head reads it) and head's logits (the loss reads
+    # them), 1 x 16 x 256 x 4 = 16,384.
     first, second = again.stages
-    assert first.stash_bytes == 0
+    assert first.stash_bytes == 2048
     assert first.send_bytes == second.return_bytes == 2048
-    assert second.stash_bytes == first.send_bytes
+    assert second.stash_bytes == first.send_bytes + 2048 + 16384
 
 
 def test_more_microbatches_of_the_same_size_shrink_the_bubble(tiny: Tiny) -> None:

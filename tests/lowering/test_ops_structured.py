@@ -13,7 +13,7 @@ from jax import lax
 from oracle import BF16, bools, case, integers, lowered, op_names, params, run_case, uniform
 
 import lowering
-from lowering.vocabulary import COLLECTIVES, SHARD_OPS
+from lowering.vocabulary import COLLECTIVES, FUSIONS, SHARD_OPS
 
 X34 = uniform((3, 4))
 X234 = uniform((2, 3, 4), seed=1)
@@ -444,11 +444,11 @@ def test_sums_and_maxima_reduce_without_a_traced_region():
 
 
 def test_cases_exercise_whole_vocabulary():
-    """Every op a jax program can lower to is exercised here; the collectives and shard ops,
-    which only the partitioner inserts, are exercised by tests/partitioner."""
+    """Every op a jax program can lower to is exercised here; the collectives, shard ops and
+    fusions, which only the partitioner makes, are exercised by tests/partitioner."""
     seen: set[str] = set()
     for c in ALL_CASES:
         if c.ops <= lowering.VOCABULARY:
             seen |= op_names(lowered(c))
-    inserted = COLLECTIVES | SHARD_OPS
+    inserted = COLLECTIVES | SHARD_OPS | FUSIONS
     assert set(lowering.VOCABULARY) - inserted - seen == set()

@@ -15,7 +15,8 @@ F32 = np.dtype(np.float32)
 
 def _tasks(fun, *args, tiles: int = 16) -> dict:
     mesh = ipujax.make_mesh((1,), ("ipu",), target=ipujax.Target.bow().with_tiles(tiles))
-    compiled = ipujax.jit(fun, mesh=mesh).lower(*args).compile()
+    # op by op: the layouts each op takes are the subject here
+    compiled = ipujax.jit(fun, mesh=mesh, fuse=False).lower(*args).compile()
     out = compiled(*args)
     np.testing.assert_allclose(out, jax.jit(fun)(*args), rtol=1e-6)
     return {task.op.name: task for task in compiled.program.tasks}
@@ -64,3 +65,18 @@ def test_a_stretched_plan_runs_like_jax() -> None:
     w = np.linspace(1, 2, 32 * 96, dtype=np.float32).reshape(32, 96)
     tasks = _tasks(lambda x, w: x @ w, x, w, tiles=24)
     assert tasks["dot_general"].supersteps[0].tiles > 16
+
+
+def test_a_reshape_of_a_matmuls_result_is_a_view() -> None:
+    """A reshape keeps the row-major order and a layout's view is a row-major reshape of its
+    tensor, so `(x @ w).reshape(...)` stays on the matmul's tiles: no superstep, no storage."""
+    x = np.ones((64, 48), np.float32)
+    w = np.ones((48, 32), np.float32)
+    tasks = _tasks(lambda x, w: jnp.sin((x @ w).reshape(8, 8, 32)), x, w)
+    grid = tasks["dot_general"].result_layouts[0]
+    reshape = tasks["reshape"]
+    assert reshape.supersteps == ()
+    assert reshape.aliases == (0,)
+    (out,) = reshape.result_layouts
+    assert (out.view, out.grid, out.start) == (grid.view, grid.grid, grid.start)
+    assert tasks["sine"].supersteps[0].busiest_tile_bytes == 0

@@ -18,9 +18,12 @@ import pytest
 from helpers import assert_trees_close, load_example
 
 import ipujax
+import lowering
+from lowering import fuse_elementwise
 from partitioner.phases.blocks import period, stacks, structure_labels
 from partitioner.phases.scopes import scope_blocks
 from partitioner.phases.split import split_auto
+from partitioner.tiles.schedule import schedule
 
 LAYERS = 3
 TARGET = dataclasses.replace(ipujax.Target.bow().with_tiles(16), io_tiles=0)
@@ -39,11 +42,12 @@ def _gpt_step(scopes: bool) -> tuple[Any, tuple]:
 
 
 def _phases(fun: Any, args: tuple) -> dict[str, list[str]]:
-    """Each phase `phases="auto"` makes of the unphased program: its tasks' op names."""
-    program = ipujax.jit(fun, mesh=MESH).lower(*args).compile(check_memory_fits=False).program
-    program, plan = split_auto(program, TARGET)
+    """Each phase `phases="auto"` makes of the program as a phased build fuses it (each fusion
+    within one line of source): its tasks' op names, a fusion's members in its place."""
+    graph = ipujax.jit(fun, mesh=MESH).lower(*args).graph
+    program, plan = split_auto(schedule(fuse_elementwise(graph, by_source=True), TARGET), TARGET)
     return {
-        name: [task.op.name for task in program.tasks[a:b]]
+        name: [m.name for task in program.tasks[a:b] for m in lowering.members(task.op)]
         for name, (a, b) in zip(plan.names, plan.bounds.bounds, strict=True)
     }
 

@@ -3,13 +3,14 @@
 A rule maps an op onto tiles and returns a `Task`: the layouts of its results, the supersteps it
 costs, and a kernel that computes its results. Its kinds:
 
-- elementwise ops follow their operands' layout, and each tile applies the op to its block;
+- elementwise ops follow their operands' layout, and each tile applies the op to its block; a
+  fused chain of them (`lowering.fusion`) runs as one op, one superstep (`fusion`);
 - dot_general is planned as PopLibs plans a matmul (`matmul_plan`): operands are exchanged into
   [B, M, K] and [B, K, N] blocks over a grid of tiles, each tile runs the dot of its blocks into
   f32 partials, and a K split is reduced across tiles in a second superstep;
 - reduce runs in stages: each tile reduces its block, then partials are exchanged to the tiles
   that own the output and reduced again;
-- views (reshape of a linearly mapped tensor, broadcasts, sharding annotations, barriers) cost
+- views (reshapes, broadcasts, sharding annotations, barriers) cost
   nothing and hold no storage of their own;
 - convolution is planned the same way, its rows the output positions and its depth the input
   channels times the kernel positions (`conv`);
@@ -36,6 +37,7 @@ from partitioner.tiles.rules.collective import collective_tile_rule, halo_tile_r
 from partitioner.tiles.rules.common import TileRule
 from partitioner.tiles.rules.conv import convolution_tile_rule
 from partitioner.tiles.rules.elementwise import elementwise_tile_rule
+from partitioner.tiles.rules.fusion import fusion_tile_rule
 from partitioner.tiles.rules.loop import case_tile_rule, while_tile_rule
 from partitioner.tiles.rules.matmul import dot_general_tile_rule, operand_layouts
 from partitioner.tiles.rules.reduce import reduce_tile_rule
@@ -69,6 +71,7 @@ TILE_RULES: dict[str, TileRule] = {
     "dot_general": dot_general_tile_rule,
     "convolution": convolution_tile_rule,
     "reduce": reduce_tile_rule,
+    "fusion": fusion_tile_rule,
     "while": while_tile_rule,
     "case": case_tile_rule,
     "sharding_constraint": identity_tile_rule,

@@ -55,14 +55,27 @@ def conv_problem(op: Op) -> _Problem:
 
 
 def _result_layout(op: Op, matmul: _Problem, plan: MatmulPlan) -> Layout | None:
-    """The output as the plan's [B, M, N] grid when its channels are its last dim and there
-    is one group (NHWC, as jax's CNNs write); None when it must be laid out otherwise."""
+    """The output as the plan's grid when its channels are its last dim (NHWC, as jax's CNNs
+    write): the output positions by the rows, and the channels, which are the groups' columns
+    one group after another, by the groups and their columns. Each tile so holds whole groups'
+    outputs (or a share of one), the blocks PopLibs' plan leaves where they were made, with
+    conv groups a partition dimension (docs/target.md, "Convolutions on the AMP"). None when
+    the channels are not last: the result is laid out otherwise."""
     a = op.attrs
     of = a["dimension_numbers"][2][1]
     result = op.results[0]
-    if matmul.batch != 1 or of != len(result.shape) - 1:
+    if of != len(result.shape) - 1:
         return None
-    return Layout(result.shape, (1, matmul.rows, matmul.cols), plan.out_grid)
+    if matmul.batch == 1:
+        return Layout(result.shape, (1, matmul.rows, matmul.cols), plan.out_grid)
+    b, m, n = plan.out_grid
+    return Layout(result.shape, (matmul.rows, matmul.batch, matmul.cols), (m, b, n))
+
+
+def _grid(result: Value, matmul: _Problem, plan: MatmulPlan) -> Layout:
+    """The plan's [groups, rows, columns] blocks, as the tiles that make them hold them: what
+    a result laid out otherwise is exchanged from."""
+    return Layout(result.shape, (matmul.batch, matmul.rows, matmul.cols), plan.out_grid)
 
 
 def convolution_tile_rule(
@@ -82,7 +95,7 @@ def convolution_tile_rule(
         weights * -(-matmul.cols // plan.n) * itemsize,
     )
     planned = _result_layout(op, matmul, plan)
-    out = planned or Layout(result.shape, (1, matmul.rows, result.size // matmul.rows), split[:3])
+    out = planned or _grid(result, matmul, plan)
     steps = planned_steps(op, plan, matmul, sum(blocks), out, matmul.partial_dtype, target)
     outs = (planned or ctx.linear(result),)
     if planned is None:  # the grid's blocks exchanged into the layout the next ops read

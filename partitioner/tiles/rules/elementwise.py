@@ -20,7 +20,7 @@ def elementwise_tile_rule(
     result = op.results[0]
     if any(v.shape not in (result.shape, ()) for v in op.operands):
         return whole_tensor_tile_rule(op, inputs, layouts, ctx)
-    out = _elementwise_layout(op, layouts, ctx)
+    out = elementwise_layout(op, layouts, ctx)
     if out.shape != result.shape:  # an operand of the same size seen as another shape
         out = dataclasses.replace(out, shape=result.shape)
 
@@ -41,7 +41,7 @@ def _producer(value: Value, ctx: MappingContext) -> str:
     return op.name if op is not None else ""
 
 
-def _moved_bytes(value: Value, layout: Layout, out: Layout, ctx: MappingContext) -> int:
+def moved_bytes(value: Value, layout: Layout, out: Layout, ctx: MappingContext) -> int:
     """Bytes the busiest tile receives to hold its block of `value` in the layout `out`: none if
     it is there already; a broadcast (a view in Poplar) brings at most its source."""
     if value.shape == ():
@@ -51,15 +51,17 @@ def _moved_bytes(value: Value, layout: Layout, out: Layout, ctx: MappingContext)
     return received_bytes(ctx.producers.get(value), out.block_elements * value.dtype.itemsize)
 
 
-def _elementwise_layout(op: Op, layouts: tuple[Layout, ...], ctx: MappingContext) -> Layout:
+def elementwise_layout(
+    op: Op, layouts: tuple[Layout, ...], ctx: MappingContext, shape: tuple[int, ...] | None = None
+) -> Layout:
     """The result takes the layout of a full-size operand, chosen as PopLibs'
     `createOutputForElementWiseOp` chooses: not a broadcast or constant, then the fewest
     elements on the fullest tile, then the most tiles; the first operand on a tie. With no
-    full-size operand, a fresh linear layout."""
+    full-size operand, a fresh linear layout. (`shape`: the size that counts as full, when it
+    is not the result's: a fused reduction's operand.)"""
     result = op.results[0]
-    full = [
-        (v, lay) for v, lay in zip(op.operands, layouts, strict=True) if v.shape == result.shape
-    ]
+    shape = result.shape if shape is None else shape
+    full = [(v, lay) for v, lay in zip(op.operands, layouts, strict=True) if v.shape == shape]
     if not full:
         return ctx.linear(result)
     computed = [lay for v, lay in full if _producer(v, ctx) not in _VIEWS]
@@ -73,7 +75,7 @@ def _elementwise_steps(
 ) -> tuple[Superstep, ...]:
     result = op.results[0]
     block = out.block_elements
-    moved = [_moved_bytes(v, lay, out, ctx) for v, lay in zip(op.operands, layouts, strict=True)]
+    moved = [moved_bytes(v, lay, out, ctx) for v, lay in zip(op.operands, layouts, strict=True)]
 
     # select's first operand is its predicate: the values' type sets the cost
     dtype = op.operands[-1].dtype if op.name == "select" else op.operands[0].dtype

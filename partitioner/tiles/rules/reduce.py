@@ -1,9 +1,17 @@
 """reduce in stages: each tile reduces its block, then the partials go to the tiles that own
-the output and are reduced again."""
+the output and are reduced again.
+
+PopLibs reduces where the operand lies (`popops::reduce` makes its first stage's partials on
+the tiles that hold the input): when the operand's layout keeps the reduced dimensions apart
+from the kept ones (a convolution's [N*H*W, C] output summed over N, H and W), each tile
+reduces its own block and only the partials move. Otherwise the operand is exchanged into
+a grid of its own, the kept elements over tiles first; the cheaper of the two is taken."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from jax import lax
@@ -53,10 +61,22 @@ def reduce_tile_rule(
     kept = [d for d in range(len(xs[0].shape)) if d not in dims]
     rows = math.prod(xs[0].shape[d] for d in kept)
     depth = math.prod(xs[0].shape[d] for d in dims)
-    gp, gq = _reduce_split(rows, depth, xs[0].dtype, len(xs), ctx.target)
     order = (*kept, *dims)
-    grids = [Layout(permuted(x, order), (rows, depth), (gp, gq)) for x in xs]
-    outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
+    moved = _moved_plan(op, layouts[:half], order, rows, depth, ctx.target)
+    placed = _placed_plan(op, layouts[:half], order, rows, depth, ctx.target)
+    plan = moved if placed is None else min(moved, placed, key=_cycles)
+    gq = plan.grids[0].grid[1]
+    # the partials go to output tiles spread over the chip, not every reduction's to tile 0
+    start = ctx.spread(plan.grids[0].grid[0])
+    outs = tuple(Layout(r.shape, (rows,), (plan.grids[0].grid[0],), start) for r in op.results)
+    first, *combine = plan.steps
+    if plan is placed:
+        first = dataclasses.replace(first, start=layouts[0].start)
+    count = ctx.target.tiles_per_ipu
+    steps = (
+        first,
+        *(dataclasses.replace(s, start=max(0, min(start, count - s.tiles))) for s in combine),
+    )
 
     def kernel(*arrays: Array) -> tuple[Array, ...]:
         if gq == 1:  # each tile reduces whole rows
@@ -70,14 +90,107 @@ def reduce_tile_rule(
         combined = apply_rule(op, [*local, *inits], {"dimensions": (1,)}, {})
         return tuple(c.reshape(r.shape) for c, r in zip(combined, op.results, strict=True))
 
+    return Task(op, inputs, layouts, outs, kernel, steps)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    grids: list[Layout]  # each operand as [kept, reduced] over (tiles, tiles)
+    steps: tuple[Superstep, ...]
+
+
+def _cycles(plan: _Plan) -> int:
+    return sum(s.cycles for s in plan.steps)
+
+
+def _moved_plan(
+    op: Op,
+    layouts: tuple[Layout, ...],
+    order: tuple[int, ...],
+    rows: int,
+    depth: int,
+    target: Target,
+) -> _Plan:
+    """The operands exchanged into a [kept, reduced] grid (`_reduce_split`), unless already so."""
+    xs = op.operands[: len(layouts)]
+    gp, gq = _reduce_split(rows, depth, xs[0].dtype, len(xs), target)
+    grids = [Layout(permuted(x, order), (rows, depth), (gp, gq)) for x in xs]
     in_place = list(order) == sorted(order) and all(
-        free_move(lay, grid) for lay, grid in zip(layouts[:half], grids, strict=True)
+        free_move(lay, grid) for lay, grid in zip(layouts, grids, strict=True)
     )
     # The reduced elements are innermost on a tile unless they stay where they are and some
     # kept dimension lies inside them (a sum over the batch of [batch, features]).
-    contiguous = not in_place or kept == list(range(len(kept)))
-    steps = _reduce_steps(op, grids, outs, gq, in_place, contiguous, ctx.target)
-    return Task(op, inputs, layouts, outs, kernel, steps)
+    kept = len(order) - len(op.attrs["dimensions"])
+    contiguous = not in_place or list(order[:kept]) == list(range(kept))
+    outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
+    return _Plan(grids, _reduce_steps(op, grids, outs, gq, in_place, contiguous, target))
+
+
+def _placed_plan(
+    op: Op,
+    layouts: tuple[Layout, ...],
+    order: tuple[int, ...],
+    rows: int,
+    depth: int,
+    target: Target,
+) -> _Plan | None:
+    """Each tile reduces the block it holds (`view_split`); None when the operands' layout
+    mixes kept and reduced elements in one view dimension, or the operands differ."""
+    if any(lay != layouts[0] for lay in layouts):
+        return None
+    xs = op.operands[: len(layouts)]
+    split = view_split(layouts[0], xs[0].shape, frozenset(op.attrs["dimensions"]))
+    if split is None:
+        return None
+    (pb, qb), (gp, gq), contiguous = split
+    grids = [
+        Layout(permuted(x, order), (rows, depth), (gp, gq), layouts[0].start, (pb, qb)) for x in xs
+    ]
+    outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
+    return _Plan(grids, _reduce_steps(op, grids, outs, gq, True, contiguous, target))
+
+
+def view_split(
+    layout: Layout, shape: tuple[int, ...], dims: frozenset[int]
+) -> tuple[tuple[int, int], tuple[int, int], bool] | None:
+    """How a layout cuts a reduction: ((kept, reduced) elements per tile, (kept, reduced) tiles,
+    whether the reduced elements are innermost), when each dimension of its view holds kept
+    elements alone or reduced ones alone; None otherwise."""
+    groups = _view_groups(layout.view, shape)
+    if groups is None:
+        return None
+    block, per, tiles, kinds = layout.block, [1, 1], [1, 1], []
+    for group, size, b, g in zip(groups, layout.view, block, layout.grid, strict=True):
+        reduced = {d in dims for d in group}
+        if len(reduced) > 1:
+            return None
+        if not group:
+            continue
+        side = int(reduced.pop())
+        per[side] *= min(b, size)
+        tiles[side] *= g
+        kinds.append(side)
+    contiguous = kinds == sorted(kinds)  # the reduced view dimensions after the kept ones
+    return (per[0], per[1]), (tiles[0], tiles[1]), contiguous
+
+
+def _view_groups(view: tuple[int, ...], shape: tuple[int, ...]) -> list[list[int]] | None:
+    """The dimensions of `shape` (longer than one) each view dimension merges, in order; None
+    when a view dimension splits one of them."""
+    dims = [d for d, n in enumerate(shape) if n != 1]
+    groups: list[list[int]] = []
+    at = 0
+    for size in view:
+        group: list[int] = []
+        product = 1
+        while product < size and at < len(dims):
+            group.append(dims[at])
+            product *= shape[dims[at]]
+            at += 1
+        if product != size and not (size == 1 and product == 1):
+            return None
+        groups.append(group)
+    return groups if at == len(dims) else None
 
 
 def _depth_split(x: Array, order: tuple[int, ...], rows: int, gq: int, init: Array) -> Array:

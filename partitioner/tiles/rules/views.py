@@ -1,5 +1,5 @@
-"""Ops that cost nothing: reshapes of linearly mapped tensors, broadcasts, annotations and
-barriers; and constants, mapped linearly."""
+"""Ops that cost nothing: reshapes, broadcasts, annotations and barriers; and constants, mapped
+linearly."""
 
 from __future__ import annotations
 
@@ -12,16 +12,14 @@ from lowering import Op, Value, apply_rule
 from partitioner.layout import Layout
 from partitioner.program import Task
 from partitioner.tiles.context import MappingContext
-from partitioner.tiles.rules.whole import whole_tensor_tile_rule
 
 
 def reshape_tile_rule(
     op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
 ) -> Task:
     source = layouts[0]
-    if len(source.view) != 1:
-        return whole_tensor_tile_rule(op, inputs, layouts, ctx)
-    # A reshape keeps the row-major order, so a linearly mapped tensor stays where it is.
+    # A reshape keeps the row-major order, and a layout's view is a row-major reshape of its
+    # tensor: the result is the same elements on the same tiles, a view in Poplar as here.
     shape = op.results[0].shape
     out = dataclasses.replace(source, shape=shape)
     return Task(op, inputs, layouts, (out,), lambda x: (x.reshape(shape),), aliases=(0,))

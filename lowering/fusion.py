@@ -1,0 +1,174 @@
+"""Elementwise fusion: chains of elementwise ops become one `fusion` op, as XLA's loop fusion
+and the IPU backend's map expressions run them.
+
+Poplar does not run a program op by op: the XLA backend fuses elementwise chains (a batch
+norm's normalisation, a ReLU, a cast, an optimizer's update) into one popops map-expression
+vertex per tile, which reads its inputs once, keeps the intermediate values in registers and
+writes one result, in one compute set. Here a `fusion` op holds its members as a region whose
+inputs are the chain's external operands; it computes exactly what its members compute, so
+values never change, and `partitioner.tiles` costs it as one superstep.
+
+What fuses: an elementwise op joins the fusion of an operand's producer when that operand has
+the op's shape, is an elementwise result read by nothing else (not by a later op, a region, or
+the graph's outputs), so the intermediate is never stored. Several producers' fusions merge
+into one (a tree of ops). A reduction of one tensor takes the chain that makes it the same way,
+as its prologue (popops reduces halves into float partials without a cast, and a square into
+a sum as one `SQUARE_ADD`), and ends its fusion. A fusion sits where its last member (its
+root) sat: its members' operands all exist by then. The pass runs on each graph of a
+program, loop bodies and branches included; fusions of one op are left as the op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from lowering.ir import Graph, Op, Value, op_reads, walk
+from lowering.vocabulary import ELEMENTWISE
+
+FUSION = "fusion"
+
+
+def fuse_elementwise(graph: Graph, by_source: bool = False) -> Graph:
+    """`graph` with its elementwise chains fused, in its regions too (a loop's body, a case's
+    branches); the graph itself when nothing fuses. `by_source`: a fusion's members come from
+    one line of the user's code in one scope (a phased or pipelined program: its phases and
+    stages are cut between ops, by scope or by repeated structure, and a fusion across a cut
+    would carry a block's last op into the next block's phase or stage; Poplar, whose phases
+    and stages are programs of their own, never fuses across them)."""
+    ids = itertools.count(1 + max((v.id for v in _values(graph)), default=0))
+    return _fused_graph(graph, ids, _source if by_source else _anywhere)
+
+
+def fusion_eval_rule(*inputs: Any, regions: Sequence[Callable[..., Any]], **attrs: Any) -> tuple:
+    """A fusion computes what its members compute, one after the other."""
+    return tuple(regions[0](*inputs))
+
+
+def _source(op: Op) -> tuple:
+    loc = op.loc
+    return (loc.file, loc.line, loc.scope.rsplit("/", 1)[0])
+
+
+def _anywhere(op: Op) -> tuple:
+    return ()
+
+
+def members(op: Op) -> tuple[Op, ...]:
+    """A fusion's ops, in order (its root last); an op that is not a fusion is its own."""
+    return op.regions[0].ops if op.name == FUSION else (op,)
+
+
+def _fused_graph(graph: Graph, ids: itertools.count, key: Callable[[Op], tuple]) -> Graph:
+    ops = [_with_fused_regions(op, ids, key) for op in graph.ops]
+    groups = _groups(ops, graph.outputs, key)
+    if all(len(g) == 1 for g in groups.values()):
+        changed = any(a is not b for a, b in zip(ops, graph.ops, strict=True))
+        return dataclasses.replace(graph, ops=tuple(ops)) if changed else graph
+    root_of = {i: root for root, group in groups.items() for i in group}
+    out: list[Op] = []
+    for index, op in enumerate(ops):
+        root = root_of.get(index, index)
+        if root != index:
+            continue  # a member: its fusion is made at its root
+        group = groups.get(index, [index])
+        out.append(op if len(group) == 1 else _fusion([ops[i] for i in group], ids))
+    return dataclasses.replace(graph, ops=tuple(out))
+
+
+def _with_fused_regions(op: Op, ids: itertools.count, key: Callable[[Op], tuple]) -> Op:
+    if op.name not in ("while", "case"):
+        return op
+    regions = tuple(_fused_graph(r, ids, key) for r in op.regions)
+    if all(a is b for a, b in zip(regions, op.regions, strict=True)):
+        return op
+    return dataclasses.replace(op, regions=regions)
+
+
+def fusible(op: Op) -> bool:
+    """An elementwise op of one result whose operands have its shape or are scalars, the ops
+    a map expression runs (it reads tensors of one shape, and scalars)."""
+    if op.name not in ELEMENTWISE or len(op.results) != 1:
+        return False
+    shape = op.results[0].shape
+    return all(v.shape in (shape, ()) for v in op.operands)
+
+
+def _groups(
+    ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple]
+) -> dict[int, list[int]]:
+    """Each fusion's root (an op index) with its members' indices, in program order."""
+    uses: Counter[Value] = Counter(outputs)
+    for op in ops:
+        uses.update(set(op_reads(op)))  # x * x reads x once
+    made = {v: i for i, op in enumerate(ops) for v in op.results}
+    root_of: dict[int, int] = {}  # a fusible op's index -> its fusion's root so far
+    groups: dict[int, list[int]] = {}
+    for index, op in enumerate(ops):
+        reduces = _reduces_one(op)
+        if not fusible(op) and not reduces:
+            continue
+        group = [index]
+        # a reduction takes the chain that makes its operand as its prologue
+        values = op.operands[:1] if reduces else dict.fromkeys(op.operands)
+        for value in values:
+            producer = made.get(value)
+            joins = (
+                producer in root_of
+                and fusible(ops[producer])  # not a fusion's reduction: it ends its fusion
+                and uses[value] == 1
+                and key(ops[producer]) == key(op)
+                and value.shape == (op.operands[0] if reduces else op.results[0]).shape
+            )
+            if joins:
+                assert producer is not None
+                old = root_of[producer]
+                if old in groups and old != index:
+                    group += groups.pop(old)
+        group.sort()
+        for i in group:
+            root_of[i] = index
+        groups[index] = group
+    return groups
+
+
+def _reduces_one(op: Op) -> bool:
+    """A reduction of one tensor (and its initial value): popops reduces a map expression's
+    result as it makes it (a cast to float partials, a square for a variance)."""
+    return op.name == "reduce" and len(op.operands) == 2
+
+
+def _fusion(ops: list[Op], ids: itertools.count) -> Op:
+    """One `fusion` op of `ops` (in order, the root last): its operands the values the members
+    read from outside, in order of first reading; its region those members on fresh inputs,
+    the root's result renamed inside (the fusion's own result is the root's)."""
+    inside = {v for op in ops for v in op.results}
+    external = tuple(dict.fromkeys(v for op in ops for v in op.operands if v not in inside))
+    inputs = {v: Value(next(ids), v.shape, v.dtype) for v in external}
+    root = ops[-1]
+    result = {v: Value(next(ids), v.shape, v.dtype) for v in root.results}
+    renamed = {**inputs, **result}
+    body = tuple(
+        dataclasses.replace(
+            op,
+            operands=tuple(renamed.get(v, v) for v in op.operands),
+            results=tuple(renamed.get(v, v) for v in op.results),
+        )
+        for op in ops
+    )
+    region = Graph(
+        inputs=tuple(inputs.values()), outputs=tuple(result.values()), ops=body, name=FUSION
+    )
+    names = tuple(op.name for op in ops)
+    return Op(FUSION, external, root.results, {"members": names}, (region,), root.loc)
+
+
+def _values(graph: Graph) -> Iterable[Value]:
+    yield from graph.inputs
+    for op in walk(graph):
+        yield from op.results
+        for region in op.regions:
+            yield from region.inputs

@@ -1,0 +1,180 @@
+"""Elementwise fusion (`lowering.fusion`): chains run as one map expression per tile, the values
+are jax.jit's, and a fused chain's cycles are derived here by hand.
+
+The cost model (`partitioner.cost.fused`, docs/target.md "Fused elementwise chains"): per
+worker, BinaryOp1D's fixed 29 cycles (26 without float work), then per element the larger of
+the members' arithmetic (their PopLibs rates: a half add or multiply 1 cycle per 4, a half
+maximum 4 per 4, a cast of a half to a float 1 per 2) and the memory instructions (8 bytes
+loaded or stored a cycle); six workers in a barrel and 11 supervisor cycles.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from helpers import assert_trees_close, compile_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lowering
+from lowering import fuse_elementwise, interpret, lower
+
+
+def _fusions(compiled) -> list:
+    return [t for t in compiled.program.tasks if t.op.name == "fusion"]
+
+
+def chain(x, y, z):
+    return jnp.maximum(x * y + z, 0).astype(jnp.float32)
+
+
+def test_a_chain_is_one_superstep_at_the_hand_derived_cycles() -> None:
+    """relu(x * y + z) cast to float, halves [4096] on 16 tiles: one superstep.
+
+    Members multiply, add, maximum, convert: arithmetic per element 1/4 + 1/4 + 4/4 + 1/2 = 2
+    thread cycles; memory per element: three halves loaded and a float stored, 10 bytes at 8 a
+    cycle = 5/4. The chain's vector is 2 elements (it has floats). Its block of 256 elements
+    per tile (4,096 over 16 tiles): 43 per worker, 22 vectors, 44 elements x 2 = 88 cycles;
+    6 x (29 + 88) + 11 = 713."""
+    args = [np.ones(4096, np.float16)] * 3
+    compiled = compile_for(chain, *args)
+    (fused,) = _fusions(compiled)
+    assert [m.name for m in lowering.members(fused.op)] == [
+        "multiply",
+        "add",
+        "maximum",
+        "convert",
+    ]
+    assert fused.result_layouts[0].block_elements == 256
+    (step,) = fused.supersteps
+    assert step.compute_cycles == 713
+    assert step.name == "fusion(multiply, add, maximum, convert)"
+    assert_trees_close(compiled(*args), jax.jit(chain)(*args))
+
+
+def test_unfused_the_chain_pays_a_superstep_per_op() -> None:
+    args = [np.ones(4096, np.float16)] * 3
+    fused = compile_for(chain, *args)
+    apart = compile_for(chain, *args, fuse=False)
+    assert not _fusions(apart)
+    steps = [s for t in apart.program.tasks for s in t.supersteps if s.compute_cycles]
+    assert len(steps) == 4
+    assert fused.cost_report().total_cycles < apart.cost_report().total_cycles
+
+
+def test_a_value_read_twice_is_stored_and_not_fused_into_both() -> None:
+    """`a = x * y` read by two chains stays a tensor of its own: fusing it into both would
+    compute it twice."""
+
+    def f(x, y):
+        a = x * y
+        return jnp.exp(a) + 1.0, jnp.tanh(a) * 2.0
+
+    x = np.linspace(-1, 1, 512, dtype=np.float32)
+    compiled = compile_for(f, x, x)
+    names = [t.op.name for t in compiled.program.tasks]
+    assert "multiply" in names
+    assert names.count("fusion") == 2
+    assert_trees_close(compiled(x, x), jax.jit(f)(x, x))
+
+
+def test_a_reduction_takes_its_operands_chain_as_prologue() -> None:
+    """A variance in float of halves: convert, subtract, square and the sum are one fusion whose
+    first stage reduces where the halves lie; the values are jax.jit's."""
+
+    def variance(x):
+        return jnp.sum(jnp.square(x.astype(jnp.float32) - 0.5), axis=0)
+
+    x = np.random.default_rng(0).normal(size=(256, 64)).astype(np.float16)
+    compiled = compile_for(variance, x)
+    (fused,) = _fusions(compiled)
+    names = [m.name for m in lowering.members(fused.op)]
+    assert names[:2] == ["convert", "subtract"] and names[-1] == "reduce"
+    assert fused.supersteps[0].name.startswith("fusion(convert, subtract, ")
+    assert_trees_close(compiled(x), jax.jit(variance)(x), rtol=1e-5, atol=1e-4)
+
+
+def test_chains_in_a_loop_body_fuse_and_keep_the_values() -> None:
+    def f(x):
+        return jax.lax.fori_loop(0, 5, lambda i, c: jnp.tanh(c * 1.5 + 0.25) - c * 0.1, x)
+
+    x = np.linspace(-2, 2, 1024, dtype=np.float32)
+    compiled = compile_for(f, x)
+    (loop,) = [t for t in compiled.program.tasks if t.op.name == "while"]
+    body = loop.op.regions[1]
+    assert any(op.name == "fusion" for op in body.ops)
+    assert_trees_close(compiled(x), jax.jit(f)(x))
+
+
+def test_as_text_shows_a_fusion_with_its_members() -> None:
+    args = [np.ones(4096, np.float16)] * 3
+    text = compile_for(chain, *args).as_text()
+    assert "fusion(multiply, add, maximum, convert)" in text
+
+
+_UNARY = {
+    "exponential": jax.lax.exp,
+    "tanh": jax.lax.tanh,
+    "negate": jax.lax.neg,
+    "abs": jax.lax.abs,
+    "logistic": jax.lax.logistic,
+}
+_BINARY = {
+    "add": jax.lax.add,
+    "subtract": jax.lax.sub,
+    "multiply": jax.lax.mul,
+    "maximum": jax.lax.max,
+    "minimum": jax.lax.min,
+}
+
+
+@st.composite
+def _programs(draw):
+    """A random program of elementwise ops over three float inputs, some values read twice."""
+    op = st.sampled_from(sorted(_UNARY) + sorted(_BINARY))
+    steps = draw(
+        st.lists(st.tuples(op, st.integers(0, 99), st.integers(0, 99)), min_size=1, max_size=12)
+    )
+    return steps, draw(st.integers(1, 3))
+
+
+def _run(steps, outs):
+    def f(a, b, c):
+        values = [a, b, c]
+        for name, i, j in steps:
+            x, y = values[i % len(values)], values[j % len(values)]
+            values.append(_UNARY[name](x) if name in _UNARY else _BINARY[name](x, y))
+        return tuple(values[-outs:])
+
+    return f
+
+
+@settings(max_examples=40, deadline=None)
+@given(_programs())
+def test_fusion_never_changes_a_value(program) -> None:
+    """Any program of elementwise ops: the fused graph computes exactly what the graph does,
+    and every fusion's intermediates are read by nothing outside it."""
+    f = _run(*program)
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    graph = lower(f, x, x * 2, x * 3)
+    fused = fuse_elementwise(graph)
+    expected = interpret(graph, (x, x * 2, x * 3))
+    got = interpret(fused, (x, x * 2, x * 3))
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    outside = {v for op in fused.ops for v in op.operands} | set(fused.outputs)
+    for op in fused.ops:
+        if op.name == "fusion":
+            inner = {v for m in lowering.members(op) for v in m.results}
+            assert not inner & outside
+    assert sum(len(lowering.members(op)) for op in fused.ops) == len(graph.ops)
+
+
+def test_the_cost_rule_counts_the_members_flops() -> None:
+    args = [np.ones(4096, np.float16)] * 3
+    (fused,) = _fusions(compile_for(chain, *args))
+    # multiply, add and maximum one FLOP an element each; a cast counts none (XLA's convention)
+    assert lowering.op_cost(fused.op).flops == 3 * 4096
+    # it reads x, y, z and the broadcast zero (halves) and writes floats: no intermediates
+    assert lowering.op_cost(fused.op).bytes == 4 * 4096 * 2 + 4096 * 4
