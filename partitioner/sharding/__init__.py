@@ -2,7 +2,9 @@
 
     specs          `Sharding` (per dimension the mesh axes it is split over, plus pending-sum
                    axes), `from_spec`, `user_shardings`
+    factors        the factor record every rule returns, and its projection onto a tensor
     factor_rules   per op, Shardy-style factors: which dimensions correspond, which reduce
+    conv_factors   the convolution's factors; a grouped one's groups split in whole groups
     propagation    forward and backward sweeps to a fixed point, conflicts in a fixed order
     explain        where each sharding came from (`Compiled.explain()`)
     builder        emits the per-IPU ops and the resharding between them

@@ -10,36 +10,19 @@ dimensions do not split independently (yet) say so with `_replicated_factor_rule
 for everything whole; the partitioner reports each tensor such an op gathers (`explain()`).
 A dim that a slice, pad, concatenation or update reads at an offset corresponds where the window
 keeps most of it (`mostly`): the partitioner runs it with halos (`halo`), or gathers the dim.
+The record itself is `factors.Factors`; the convolution's rule is in `conv_factors`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from lowering import COLLECTIVES, ELEMENTWISE, FUSIONS, SHARD_OPS, Op, binary_op, scatter_combiner
-from partitioner.sharding.specs import Axes, Sharding
-
-Dims = tuple[int | None, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Factors:
-    operands: tuple[Dims, ...]
-    results: tuple[Dims, ...]
-    sizes: tuple[int, ...]
-    reduction: frozenset[int] = field(default_factory=frozenset)
-    rule: str = ""
-
-
-FactorRule = Callable[[Op], Factors]
-
-
-def project(dims: Dims, axes: tuple[Axes, ...], partial: Axes = ()) -> Sharding:
-    """The sharding of a tensor whose dims map to factors `dims`, each factor split over
-    `axes[factor]` (a dim mapped to no factor stays whole)."""
-    return Sharding(tuple(() if f is None else axes[f] for f in dims), partial)
+from partitioner.sharding.conv_factors import convolution_factor_rule
+from partitioner.sharding.factors import Dims as Dims
+from partitioner.sharding.factors import FactorRule as FactorRule
+from partitioner.sharding.factors import Factors as Factors
+from partitioner.sharding.factors import project as project
 
 
 def _replicated_factor_rule(op: Op) -> Factors:
@@ -416,42 +399,6 @@ def _reduce_window_factor_rule(op: Op) -> Factors:
     return Factors((dims,) * half + ((),) * half, (dims,) * half, shape, rule="reduce_window")
 
 
-def _convolution_factor_rule(op: Op) -> Factors:
-    """A convolution as the matmul PopLibs sees: the batch and the output features split
-    freely, the input features are a reduction factor (each IPU convolves its channels into a
-    partial sum). In a weight gradient jax puts the images' batch in the input-feature role,
-    so a data-parallel batch leaves the gradient a partial sum, finished by an AllReduce; a
-    grouped convolution's weight gradient (`batch_group_count` > 1, the channels in the batch
-    role) alike. Spatial dims correspond only where a window is one element with no stride,
-    padding or dilation (a 1x1 convolution); other windows read neighbours (halos), so they
-    stay whole across IPUs. A grouped convolution's features stay whole: its groups would
-    split only with its group count rewritten per IPU."""
-    a = op.attrs
-    (lb, lf, *ls), (ro, ri, *rs), (ob, of, *os_) = a["dimension_numbers"]
-    lhs, rhs = op.operands
-    left: list[int | None] = [None] * len(lhs.shape)
-    right: list[int | None] = [None] * len(rhs.shape)
-    out: list[int | None] = [None] * len(op.results[0].shape)
-    sizes = [lhs.shape[lb], rhs.shape[ro], lhs.shape[lf]]
-    reduction: frozenset[int] = frozenset()
-    if a["batch_group_count"] == 1:
-        left[lb] = out[ob] = 0
-    if a["feature_group_count"] == 1:
-        # The contracted features (a weight gradient's images, in every group).
-        left[lf] = right[ri] = 2
-        reduction = frozenset({2})
-    if a["feature_group_count"] == a["batch_group_count"] == 1:
-        right[ro] = out[of] = 1
-    for i, (l_dim, r_dim, o_dim) in enumerate(zip(ls, rs, os_, strict=True)):
-        window = (rhs.shape[r_dim], a["window_strides"][i], a["padding"][i], a["lhs_dilation"][i])
-        if window == (1, 1, (0, 0), 1):  # one element, no stride, padding or dilation
-            left[l_dim] = out[o_dim] = len(sizes)
-            sizes.append(lhs.shape[l_dim])
-    return Factors(
-        (tuple(left), tuple(right)), (tuple(out),), tuple(sizes), reduction, "convolution"
-    )
-
-
 def _select_and_scatter_factor_rule(op: Op) -> Factors:
     """A pooling gradient: the dims its window does not span (batch, channels) correspond
     between the pooled input, the gradient it scatters and the result."""
@@ -479,7 +426,7 @@ FACTOR_RULES: dict[str, FactorRule] = {
     "scatter": _scatter_factor_rule,
     "sort": _sort_factor_rule,
     "top_k": _top_k_factor_rule,
-    "convolution": _convolution_factor_rule,
+    "convolution": convolution_factor_rule,
     "select_and_scatter": _select_and_scatter_factor_rule,
     "sharding_constraint": _identity_factor_rule,
     "optimization_barrier": _identity_factor_rule,

@@ -12,7 +12,9 @@ Sums are left pending as long as they can be (`pending`: an add of partial sums,
 accumulator that starts at zero carried as the partial sum its body leaves it.
 A reduction over a dimension padded to divide by its axes first masks the padding to zero. A
 split dim read at an offset (a stencil's slices, a pad, a roll) takes the neighbours' edge rows
-(`halo_rewrite`). An op whose per-IPU form would be wrong (an uneven reshape) runs whole.
+(`halo_rewrite`). An op whose per-IPU form would be wrong (an uneven reshape) runs whole; a
+grouped convolution's groups split over IPUs run with its group counts rewritten, or whole
+where the shards would cut a group (`conv_factors`).
 Every collective records the op that needed it and why.
 """
 
@@ -28,6 +30,7 @@ import numpy as np
 
 from lowering import Graph, Op, Value, free_values, infer_types, producers, walk
 from partitioner.sharding.builder import Builder
+from partitioner.sharding.conv_factors import FEATURES, local_group_counts, uneven_groups
 from partitioner.sharding.factor_rules import Factors, lookup_dim, project, reduction_kind
 from partitioner.sharding.halo_rewrite import Halos
 from partitioner.sharding.pending import pending_axes
@@ -43,9 +46,11 @@ class ForcedWhole:
     source: str
     rule: str
     tensor: str  # the split operand, with its type and sharding
+    why: str = ""  # why a rule that splits the op could not split it here
 
     def __str__(self) -> str:
-        return f"{self.op} at {self.source} ({self.rule} rule) gathered {self.tensor}"
+        why = f": {self.why}" if self.why else ""
+        return f"{self.op} at {self.source} ({self.rule} rule) gathered {self.tensor}{why}"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -103,6 +108,8 @@ def _localized_attrs(op: Op, local_results: Sequence[tuple[int, ...]], operands:
             operands[0].shape[d] if s == n else s
             for d, (s, n) in enumerate(zip(attrs["slice_sizes"], global_in, strict=True))
         )
+    elif op.name == "convolution":
+        attrs.update(local_group_counts(op, operands[0]))
     return attrs
 
 
@@ -311,6 +318,7 @@ class _Partitioner:
         return self.operand(value, carried, op, why)
 
     def try_sharded(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> bool:
+        axes = self.whole_groups(op, factors, axes)
         results = [project(d, axes) for d in factors.results]
         local_shapes = [
             s.local_shape(v.shape, self.mesh) for s, v in zip(results, op.results, strict=True)
@@ -351,6 +359,19 @@ class _Partitioner:
         for value, local, sharding in zip(op.results, made, results, strict=True):
             self.local[value] = (local, Sharding(sharding.dims, partial))
         return True
+
+    def whole_groups(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> tuple[Axes, ...]:
+        """`axes` with a grouped convolution's groups left whole where its shards
+        would split a group: the split operands it gathers are recorded, with why."""
+        why = uneven_groups(op, axes, self.mesh)
+        if not why:
+            return axes
+        for value, dims in zip(op.operands, factors.operands, strict=True):
+            have = self.local[value][1]
+            if any(f == FEATURES and have.dims[d] for d, f in enumerate(dims)):
+                tensor = f"{value.type_str} {have}"
+                self.forced.append(ForcedWhole(op.name, str(op.loc), factors.rule, tensor, why))
+        return tuple(() if f == FEATURES else a for f, a in enumerate(axes))
 
     def zeros(self, value: Value) -> bool:
         """Whether `value` is all zeros by construction (a zero constant, or its broadcast)."""

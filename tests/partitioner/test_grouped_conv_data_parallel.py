@@ -52,17 +52,18 @@ def test_a_grouped_convolutions_batch_is_free_and_its_weight_gradients_batch_a_r
     assert forward.attrs["feature_group_count"] == GROUPS
     factors = FACTOR_RULES["convolution"](forward)
     # NHWC images: the batch (dim 0) of the input and the output is one factor, not a
-    # reduction; the channels, which hold the groups, stay whole.
+    # reduction; the channels, which hold the groups, are another (whole groups, never a sum).
     assert factors.operands[0][0] == factors.results[0][0] is not None
     assert factors.operands[0][0] not in factors.reduction
-    assert factors.operands[0][3] is None
+    assert factors.operands[0][3] not in (None, factors.operands[0][0], *factors.reduction)
     assert grad.attrs["batch_group_count"] == GROUPS
     factors = FACTOR_RULES["convolution"](grad)
     # The weight gradient reads x and dy with the images as its input features (dim 0 of
     # both): one reduction factor, so a split batch leaves a partial sum.
     (lb, lf, *_), (ro, ri, *_), _ = grad.attrs["dimension_numbers"]
     assert factors.operands[0][lf] == factors.operands[1][ri] in factors.reduction
-    assert factors.operands[0][lb] is None and factors.operands[1][ro] is None
+    # Its lhs batch (x's channels) and rhs output features (dy's channels) are the groups.
+    assert factors.operands[0][lb] == factors.operands[1][ro] not in factors.reduction
 
 
 def test_a_grouped_weight_gradient_over_replicas_is_a_partial_sum_all_reduced() -> None:
@@ -121,5 +122,7 @@ def test_a_grouped_convolution_network_runs_data_parallel_at_the_same_work_per_i
         assert len(grouped) == 6
         assert not [op for op in compiled.built.graph.ops if op.name == "all_gather"]
     # Each IPU runs the same images whatever the replicas: its own work does not grow with
-    # them (the gradients' AllReduces and batch norm's statistics are collectives).
-    assert work[4] <= 1.03 * work[1] and work[2] <= 1.03 * work[1], work
+    # them (the gradients' AllReduces and batch norm's statistics are collectives). On a
+    # mesh, batch norm's sums finish after their AllReduce, in steps of their own (a few
+    # hundred cycles each on this 64-tile target): that is the step from one IPU to two.
+    assert work[4] == work[2] <= 1.05 * work[1], work
