@@ -223,16 +223,21 @@ def streamed_inputs(program: Program) -> frozenset[Value]:
     and read one slice of them per trip (a scan's micro-batches). Poplar copies each trip's
     slice from its host stream into the tiles, so the whole never sits on chip; the slices are
     the body's own tensors."""
+    loops = [i for i, task in enumerate(program.tasks) if task.op.name == "while"]
+    if not loops:  # only a loop streams its input
+        return frozenset()
     readers: dict[Value, list[tuple[int, int]]] = {}
     for index, task in enumerate(program.tasks):
         for position, value in enumerate(task.inputs):
             readers.setdefault(value, []).append((index, position))
-    read_later = set(readers) | set(program.outputs)
+    outputs = set(program.outputs)
+    read_later = set(readers) | outputs
+    looped = {v for i in loops for v in program.tasks[i].inputs}
     return frozenset(
         value
         for value in program.inputs
-        if value not in program.outputs
-        and value in readers
+        if value in looped
+        and value not in outputs
         and all(_sliced_per_trip(program.tasks[i].op, p, read_later) for i, p in readers[value])
     )
 

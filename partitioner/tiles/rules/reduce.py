@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from jax import lax
 
-from lowering import Op, Value, apply_rule, op_cost
+from lowering import Op, Value, apply_rule, binary_op, op_cost
 from partitioner.cost.amp import reduce_stages
 from partitioner.cost.exchange import exchange_cycles
 from partitioner.cost.vector import reduce_cycles
@@ -79,15 +79,18 @@ def reduce_tile_rule(
     )
 
     def kernel(*arrays: Array) -> tuple[Array, ...]:
-        if gq == 1:  # each tile reduces whole rows
+        if gq == 1 or not _order_matters(op):  # whole rows on each tile, or any order's sum
             return tuple(apply_rule(op, list(arrays), op.attrs, {}))
         inits = list(arrays[half:])
-        staged = [
-            _depth_split(x, order, rows, gq, init)
-            for x, init in zip(arrays[:half], inits, strict=True)
-        ]
-        local = apply_rule(op, [*staged, *inits], {"dimensions": (2,)}, {})
-        combined = apply_rule(op, [*local, *inits], {"dimensions": (1,)}, {})
+        pairs = zip(arrays[:half], inits, strict=True)
+        if dims == tuple(range(dims[0], dims[0] + len(dims))):  # no transpose needed
+            staged = [_runs_in_place(x, dims, gq, init) for x, init in pairs]
+            at = dims[0]
+        else:
+            staged = [_depth_split(x, order, rows, gq, init) for x, init in pairs]
+            at = 1
+        local = apply_rule(op, [*staged, *inits], {"dimensions": (at + 1,)}, {})
+        combined = apply_rule(op, [*local, *inits], {"dimensions": (at,)}, {})
         return tuple(c.reshape(r.shape) for c, r in zip(combined, op.results, strict=True))
 
     return Task(op, inputs, layouts, outs, kernel, steps)
@@ -191,6 +194,30 @@ def _view_groups(view: tuple[int, ...], shape: tuple[int, ...]) -> list[list[int
             return None
         groups.append(group)
     return groups if at == len(dims) else None
+
+
+def _order_matters(op: Op) -> bool:
+    """Whether splitting a reduction over tiles can change its value: a sum or product of
+    floats rounds differently in another order; a max, a min or integer arithmetic does not
+    (the runtime then reduces in one go, which is faster)."""
+    combiner = binary_op(op.regions[0]) if op.regions else None
+    floats = any(np.issubdtype(v.dtype, np.inexact) or v.dtype.kind == "V" for v in op.results)
+    return floats and combiner not in ("maximum", "minimum")
+
+
+def _runs_in_place(x: Array, dims: tuple[int, ...], gq: int, init: Array) -> Array:
+    """`x` with its reduced dimensions, which lie next to each other, as [gq, qb]: the same
+    runs as `_depth_split` makes (the reduced elements in row-major order, cut into the gq
+    tiles' runs of qb, the last padded), without moving the kept elements."""
+    first, stop = dims[0], dims[-1] + 1
+    depth = math.prod(x.shape[first:stop])
+    x = x.reshape(*x.shape[:first], depth, *x.shape[stop:])
+    qb = -(-depth // gq)
+    if qb * gq != depth:
+        padding = [(0, 0, 0)] * x.ndim
+        padding[first] = (0, qb * gq - depth, 0)
+        x = lax.pad(x, init.astype(x.dtype), padding)
+    return x.reshape(*x.shape[:first], gq, qb, *x.shape[first + 1 :])
 
 
 def _depth_split(x: Array, order: tuple[int, ...], rows: int, gq: int, init: Array) -> Array:
