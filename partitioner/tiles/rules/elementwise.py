@@ -8,7 +8,7 @@ import dataclasses
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.cost.vector import elementwise_cycles
 from partitioner.layout import Layout, free_move
-from partitioner.program import Superstep, Task
+from partitioner.program import Kernel, Superstep, Task
 from partitioner.tiles.context import MappingContext
 from partitioner.tiles.rules.common import Array, make_step, received_bytes
 from partitioner.tiles.rules.whole import whole_tensor_tile_rule
@@ -24,11 +24,39 @@ def elementwise_tile_rule(
     if out.shape != result.shape:  # an operand of the same size seen as another shape
         out = dataclasses.replace(out, shape=result.shape)
 
+    return Task(
+        op, inputs, layouts, (out,), blockwise_kernel(op), _elementwise_steps(op, layouts, out, ctx)
+    )
+
+
+def blockwise_kernel(op: Op) -> Kernel:
+    """Each tile applies the op (a fused chain too) to its block: over all tiles, the op on
+    the whole tensor."""
+
     def kernel(*arrays: Array) -> tuple[Array, ...]:
-        # Each tile applies the op to its block: over all tiles, the op on the whole tensor.
         return tuple(apply_rule(op, list(arrays), op.attrs, {}))
 
-    return Task(op, inputs, layouts, (out,), kernel, _elementwise_steps(op, layouts, out, ctx))
+    return kernel
+
+
+def block_step(
+    op: Op, name: str, layouts: tuple[Layout, ...], out: Layout, cycles: int, ctx: MappingContext
+) -> Superstep:
+    """The one superstep of an op each tile runs on its block of `out`: the exchange brings
+    each operand's block where it is not there already (`moved_bytes`)."""
+    moved = sum(moved_bytes(v, lay, out, ctx) for v, lay in zip(op.operands, layouts, strict=True))
+    step = make_step(
+        op,
+        "",
+        ctx.target,
+        tiles=out.tiles,
+        start=out.start,
+        flops=op_cost(op).flops,
+        compute_cycles=cycles,
+        busiest_bytes=moved,
+        exchange_bytes=moved * out.tiles,
+    )
+    return dataclasses.replace(step, name=name) if name else step
 
 
 # Results that Poplar holds as views of a smaller tensor (broadcasts) or as constants: an
@@ -74,22 +102,10 @@ def _elementwise_steps(
     op: Op, layouts: tuple[Layout, ...], out: Layout, ctx: MappingContext
 ) -> tuple[Superstep, ...]:
     result = op.results[0]
-    block = out.block_elements
-    moved = [moved_bytes(v, lay, out, ctx) for v, lay in zip(op.operands, layouts, strict=True)]
-
     # select's first operand is its predicate: the values' type sets the cost
     dtype = op.operands[-1].dtype if op.name == "select" else op.operands[0].dtype
     direction = op.attrs.get("direction", "") if op.name == "compare" else ""
-    cycles = elementwise_cycles(op.name, block, dtype, result.dtype, ctx.target, direction)
-    step = make_step(
-        op,
-        "",
-        ctx.target,
-        tiles=out.tiles,
-        start=out.start,
-        flops=op_cost(op).flops,
-        compute_cycles=cycles,
-        busiest_bytes=sum(moved),
-        exchange_bytes=sum(moved) * out.tiles,
+    cycles = elementwise_cycles(
+        op.name, out.block_elements, dtype, result.dtype, ctx.target, direction
     )
-    return (step,)
+    return (block_step(op, "", layouts, out, cycles, ctx),)

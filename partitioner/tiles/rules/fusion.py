@@ -9,15 +9,20 @@ import dataclasses
 import math
 from collections import Counter
 
-from lowering import FUSION, Graph, Op, Value, apply_rule, interpret, members, op_cost
+from lowering import FUSION, Graph, Op, Value, interpret, members, op_cost
 from partitioner.cost.exchange import exchange_cycles
 from partitioner.cost.fused import arithmetic_per_element, fused_cycles
 from partitioner.layout import Layout
 from partitioner.program import Task
 from partitioner.target import Target
 from partitioner.tiles.context import MappingContext
-from partitioner.tiles.rules.common import Array, make_step
-from partitioner.tiles.rules.elementwise import elementwise_layout, moved_bytes
+from partitioner.tiles.rules.common import Array
+from partitioner.tiles.rules.elementwise import (
+    block_step,
+    blockwise_kernel,
+    elementwise_layout,
+    moved_bytes,
+)
 from partitioner.tiles.rules.reduce import reduce_tile_rule
 
 
@@ -27,27 +32,10 @@ def fusion_tile_rule(
     if members(op)[-1].name == "reduce":
         return _fused_reduce(op, inputs, layouts, ctx)
     out = elementwise_layout(op, layouts, ctx)
-    moved = [moved_bytes(v, lay, out, ctx) for v, lay in zip(op.operands, layouts, strict=True)]
     loaded = [v.dtype for v in op.operands if not _scalar(v, ctx)]
     cycles = fused_cycles(members(op), out.block_elements, loaded, op.results[0].dtype, ctx.target)
-    step = make_step(
-        op,
-        "",
-        ctx.target,
-        tiles=out.tiles,
-        start=out.start,
-        flops=op_cost(op).flops,
-        compute_cycles=cycles,
-        busiest_bytes=sum(moved),
-        exchange_bytes=sum(moved) * out.tiles,
-    )
-
-    def kernel(*arrays: Array) -> tuple[Array, ...]:
-        # Each tile runs the chain over its block: over all tiles, the chain on the tensors.
-        return tuple(apply_rule(op, list(arrays), op.attrs, {}))
-
-    step = dataclasses.replace(step, name=f"fusion({label(op)})")
-    return Task(op, inputs, layouts, (out,), kernel, (step,))
+    step = block_step(op, f"fusion({label(op)})", layouts, out, cycles, ctx)
+    return Task(op, inputs, layouts, (out,), blockwise_kernel(op), (step,))
 
 
 def _fused_reduce(

@@ -125,8 +125,7 @@ def _moved_plan(
     # kept dimension lies inside them (a sum over the batch of [batch, features]).
     kept = len(order) - len(op.attrs["dimensions"])
     contiguous = not in_place or list(order[:kept]) == list(range(kept))
-    outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
-    return _Plan(grids, _reduce_steps(op, grids, outs, gq, in_place, contiguous, target))
+    return _planned(op, grids, in_place, contiguous, target)
 
 
 def _placed_plan(
@@ -149,8 +148,17 @@ def _placed_plan(
     grids = [
         Layout(permuted(x, order), (rows, depth), (gp, gq), layouts[0].start, (pb, qb)) for x in xs
     ]
+    return _planned(op, grids, True, contiguous, target)
+
+
+def _planned(
+    op: Op, grids: list[Layout], in_place: bool, contiguous: bool, target: Target
+) -> _Plan:
+    """The supersteps of reducing the operands as `grids` cut them, the outputs over the kept
+    tiles."""
+    (rows, _), (gp, gq) = grids[0].view, grids[0].grid
     outs = tuple(Layout(r.shape, (rows,), (gp,)) for r in op.results)
-    return _Plan(grids, _reduce_steps(op, grids, outs, gq, True, contiguous, target))
+    return _Plan(grids, _reduce_steps(op, grids, outs, gq, in_place, contiguous, target))
 
 
 def view_split(
