@@ -26,6 +26,7 @@ from ipujax.errors import (
     UnsupportedOpError,
     VerifyError,
 )
+from ipujax.numerics import numerics_key
 from ipujax.planning import Plan, Plans, plan
 from ipujax.report import (
     CollectiveCost,
@@ -67,6 +68,7 @@ __all__ = [
     "enable_persistent_cache",
     "jit",
     "make_mesh",
+    "numerics_key",
     "plan",
 ]
 

@@ -25,13 +25,15 @@ from jax.sharding import AbstractMesh
 
 from ipujax.arguments import Call, cache_key, donated_leaves, split_call
 from ipujax.boundary import api_boundary
-from ipujax.meshes import as_mesh, jax_twin, mesh_in_context
+from ipujax.latency import checked_iterations
+from ipujax.meshes import as_mesh, explicit, jax_twin, mesh_in_context
 from ipujax.microbatch import micro_batch
+from ipujax.numerics import checked_numerics
 from ipujax.options import JitOptions, as_tuple, build_options
 from ipujax.resident import check_against, checked_argnames, checked_argnums, resident_leaves
 from ipujax.specs import input_specs, output_specs
 from ipujax.stages import Compiled, Lowered
-from ipujax.tracing import traced
+from ipujax.tracing import traced, typed
 from partitioner import (
     BUFFER_BYTES,
     ConfigError,
@@ -72,8 +74,11 @@ class Jitted:
         """The call traced under `traced_under`, its shardings checked against `mesh` (without
         the pipeline axis, when pipelined), and a pipeline's micro-batch traced too."""
         options = self._options
-        graph = traced(call.fun, call.args, call.kwargs, traced_under)
         in_specs = input_specs(options.in_shardings, call.args, call.kwargs)
+        args, kwargs = call.args, call.kwargs
+        if explicit(traced_under):
+            args, kwargs, in_specs = typed(args, kwargs, in_specs, traced_under)
+        graph = traced(call.fun, args, kwargs, traced_under)
         out_specs = output_specs(options.out_shardings, graph.out_tree)
         pipeline = options.build.pipeline
         split_over = mesh if pipeline is None else without_axis(mesh, pipeline.axis)
@@ -133,6 +138,7 @@ def jit(
     donate_argnums: int | Sequence[int] = (),
     resident_argnums: int | Sequence[int] = (),
     resident_argnames: str | Sequence[str] = (),
+    device_iterations: int = 1,
     phases: str | Sequence[str] | None = None,
     devices: Sequence[jax.Device] | None = None,
     replica_axes: str | Sequence[str] | None = None,
@@ -140,28 +146,25 @@ def jit(
     pipeline: Pipeline | None = None,
     verify: bool | None = None,
     fuse: bool = True,
+    numerics: str = "exact",
 ) -> Any:
     """Compiles `fun` for a virtual IPU system; use like `jax.jit`, with or without arguments.
 
     `mesh` is an ipujax or jax mesh; without one, a call runs on the mesh of the `with mesh:`
     block (or `jax.set_mesh`) it is traced in, else on one IPU.
 
-    `phases` runs the program in phases, weights in streaming memory: None (one program on
-    chip), "auto" (the program's `jax.named_scope` blocks, or cuts where the fewest bytes cross)
-    or a sequence of `jax.named_scope` names; anything else is a `ConfigError`. `pipeline` (an
-    `ipujax.Pipeline`) puts stages on the IPUs along a mesh axis.
-    `devices` are the real jax devices a mesh of many IPUs may be spread over (default: all of
-    them); `devices=jax.devices()[:1]` keeps everything on one device.
-    `replica_axes` names the mesh axes the program runs data parallel over (replicated tensor
-    sharding and the replicas' costs follow them); by default they are derived: an axis over
-    which some input is split and most input bytes are replicated. All-reduces over the same
-    axes that can run at one point run as one, up to `collective_buffer_bytes` (10 MiB, as
-    Graphcore's CNN examples set; 0 keeps every all-reduce apart).
-    `resident_argnums` / `resident_argnames` mark arguments (whole pytrees: weights, a KV
-    cache) that live on the IPUs between calls: loaded once, as Poplar loads a model's weights,
-    and never charged per call over the host link (an argument a step returns updated already
-    stays). A position out of range or a name that is not a parameter is a `ConfigError`.
+    `phases`: None (one program on chip), "auto" (the program's blocks) or `jax.named_scope`
+    names, weights in streaming memory; `pipeline` (an `ipujax.Pipeline`) puts stages on the
+    IPUs along a mesh axis. `devices`: the real jax devices a mesh is spread over (default:
+    all). `replica_axes`: the data-parallel axes (default: derived from the shardings).
+    All-reduces that can run at one point run as one, up to `collective_buffer_bytes` (10 MiB,
+    as Graphcore's CNN examples; 0 keeps them apart). docs/cli.md lists every keyword.
+    `resident_argnums` / `resident_argnames` mark arguments (weights, a KV cache) that live on
+    the IPUs between calls, never charged per call over the host link. `device_iterations` is
+    how many calls' inputs one host transfer carries, as Poplar's (`CostReport.latency`).
     `fuse=False` costs each elementwise op alone, not chains as one map expression (`fusion`).
+    `numerics="ipu"` rounds float16 results stochastically as the IPU does, with the key of a
+    `with ipujax.numerics_key(key):` block (docs/target.md); "exact" is jax.jit's numbers.
     `verify=True` runs the partitioner's verifiers on what it builds (a debug aid; slower);
     None leaves it to the IPUJAX_VERIFY environment variable, read when `jit` is called."""
     options = JitOptions(
@@ -176,6 +179,8 @@ def jit(
         build=build_options(phases, replica_axes, collective_buffer_bytes, pipeline, verify, fuse),
         resident_argnums=checked_argnums(resident_argnums),
         resident_argnames=checked_argnames(resident_argnames),
+        numerics=checked_numerics(numerics),
+        device_iterations=checked_iterations(device_iterations),
     )
     if fun is None:
         return lambda f: Jitted(f, options)

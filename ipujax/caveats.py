@@ -1,12 +1,14 @@
 """What a cost report's figures stand on that no published figure checks, said in its caveats
 (`CostReport.caveats`): ops that gathered a split tensor to run whole on every IPU, a system
 larger than any the fidelity table (docs/fidelity.md) covers, and collectives across Pod64s,
-which rest on an assumption of how GCL runs them. Loops whose cost rests on an assumption say
-so too (`ipujax.loops`).
+which rest on an assumption of how GCL runs them; and the assumptions of docs/target.md behind
+the cost terms no fidelity row checks (`ipujax.assumptions`). Loops whose cost rests on an
+assumption say so too (`ipujax.loops`).
 """
 
 from __future__ import annotations
 
+from ipujax.assumptions import assumption_caveats
 from ipujax.loops import Loops
 from lowering import shorten_paths
 from partitioner import Built
@@ -19,7 +21,12 @@ SHOWN_WHOLE = 5  # ops gathered whole named one by one; the rest counted
 
 def standing_caveats(built: Built, loops: Loops) -> tuple[str, ...]:
     """The caveats of `built` that no run changes; `loops` say their own."""
-    return (*_gathered_whole(built, loops), *_beyond_validation(built), *_across_pod64s(built))
+    return (
+        *_gathered_whole(built, loops),
+        *_beyond_validation(built),
+        *_across_pod64s(built),
+        *assumption_caveats(built),
+    )
 
 
 def _gathered_whole(built: Built, loops: Loops) -> list[str]:

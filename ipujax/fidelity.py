@@ -23,7 +23,9 @@ from jax.sharding import PartitionSpec
 
 from ipujax.api import jit
 from ipujax.errors import HostBoundWarning
+from ipujax.fidelity_inference import INFERENCE_FIGURES
 from ipujax.fidelity_memory import MEMORY_FIGURES
+from ipujax.fidelity_ranking import ranking_summary
 from ipujax.fidelity_systems import (
     BOW_RESNET_MICRO_BATCH,
     RESNET_ACCUMULATION,
@@ -339,6 +341,10 @@ FIGURES: tuple[Figure, ...] = (
         ipus=16,
     ),
     *(
+        Figure(i.name, i.published, i.unit, i.source, i.measure, i.what, kind=SYSTEMS)
+        for i in INFERENCE_FIGURES
+    ),
+    *(
         Figure(m.name, m.published, m.unit, m.source, m.measure, m.what, kind=MEMORY)
         for m in MEMORY_FIGURES
     ),
@@ -386,7 +392,7 @@ def document(rows: Sequence[Row]) -> str:
     figures that need one were derived."""
     derived = [f"- **{r.figure.name}**: {r.derivation}" for r in rows if r.derivation]
     derivations = "\n## Derivations\n\n" + "\n".join(derived) + "\n" if derived else ""
-    summary = f"\nOver the table, {error_summary(rows)}.\n"
+    summary = f"\nOver the table, {error_summary(rows)}.\n\n{ranking_summary(rows)}.\n"
     return _HEADER + markdown(rows) + "\n" + summary + derivations + _FOOTER
 
 

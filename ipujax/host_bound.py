@@ -36,10 +36,12 @@ def _argument(graph: Graph, flat: Sequence[int]) -> tuple[str, int]:
     return name, sum(graph.inputs[i].nbytes for i in flat)
 
 
-def large_sent(graph: Graph, resident: Sequence[int]) -> list[tuple[str, int]]:
+def large_sent(
+    graph: Graph, resident: Sequence[int], whole: Graph | None = None
+) -> list[tuple[str, int]]:
     """The arguments sent from the host per call with at least `LARGE_ARGUMENT_BYTES` on an
-    IPU, largest first."""
-    arguments = [_argument(graph, flat) for flat in sent_arguments(graph, resident)]
+    IPU, largest first (`whole`: the program before partitioning)."""
+    arguments = [_argument(graph, flat) for flat in sent_arguments(graph, resident, whole)]
     return sorted((a for a in arguments if a[1] >= LARGE_ARGUMENT_BYTES), key=lambda a: -a[1])
 
 
@@ -61,7 +63,8 @@ def _user_stacklevel() -> int:
 def warn_host_bound(built: Built, resident: Sequence[int]) -> None:
     """One `HostBoundWarning` when `built`'s step is host-bound and sends a large argument."""
     share = host_share(built)
-    large = large_sent(built.graph, resident) if share > HOST_BOUND_SHARE else []
+    whole = built.partitioned.global_graph if built.partitioned is not None else None
+    large = large_sent(built.graph, resident, whole) if share > HOST_BOUND_SHARE else []
     if not large:
         return
     sent = ", ".join(f"{name} ({nbytes:,} B)" for name, nbytes in large)

@@ -2,8 +2,10 @@
 
 `jit(mesh=...)` takes an ipujax mesh or a jax one; without one, the mesh comes from the context
 of the call (a `with mesh:` block, `jax.set_mesh`), else one IPU. Each lowering resolves it once
-(`mesh_in_context`) and keeps it. Tracing is under an abstract mesh whose axes are all Auto, so
-shardings stay out of the traced types and the partitioner chooses them.
+(`mesh_in_context`) and keeps it. Tracing is under the jax mesh's abstract twin: with Auto axes
+(an ipujax mesh's, and a jax mesh's that has no Explicit axis) shardings stay out of the traced
+types and the partitioner chooses them; a jax mesh with Explicit axes keeps them, so shardings
+are in the types (`jax.typeof`), `reshard` and `jax.P` mean what jax says (`tracing.typed`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def mesh_in_context(
     under its Auto twin), else one IPU. An ipujax mesh is traced under its abstract twin."""
     mesh = given or active_mesh()
     if mesh is None and not (current := jax.sharding.get_abstract_mesh()).empty:
-        return as_mesh(current), _auto(current)
+        return as_mesh(current), _twin(current)
     mesh = mesh or default_mesh()
     return mesh, traced_under or AbstractMesh(mesh.axis_shapes, mesh.axis_names)
 
@@ -48,11 +50,18 @@ def as_mesh(mesh: Any) -> Mesh:
 def jax_twin(mesh: Any) -> AbstractMesh | None:
     """The abstract mesh to trace under when `jit` is given a jax mesh, else None."""
     if isinstance(mesh, jax.sharding.Mesh):
-        return _auto(mesh.abstract_mesh)
-    return _auto(mesh) if isinstance(mesh, AbstractMesh) else None
+        return _twin(mesh.abstract_mesh)
+    return _twin(mesh) if isinstance(mesh, AbstractMesh) else None
 
 
-def _auto(mesh: AbstractMesh) -> AbstractMesh:
-    """A jax mesh with every axis Auto: shardings stay out of the traced types (the partitioner
-    chooses them), and a `shard_map` over an Auto mesh finds it current."""
+def explicit(mesh: AbstractMesh) -> bool:
+    return any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+
+
+def _twin(mesh: AbstractMesh) -> AbstractMesh:
+    """The mesh to trace under: as it is when an axis is Explicit (shardings in the types, as
+    jax.jit traces it), else with every axis Auto (a Manual one from an enclosing shard_map
+    included): shardings stay out of the traced types and the partitioner chooses them."""
+    if explicit(mesh):
+        return mesh
     return mesh.update_axis_types(dict.fromkeys(mesh.axis_names, jax.sharding.AxisType.Auto))

@@ -37,6 +37,8 @@ class JitOptions:
     build: Options
     resident_argnums: tuple[int, ...] = ()  # on the IPUs between calls (`ipujax.resident`)
     resident_argnames: tuple[str, ...] = ()
+    numerics: str = "exact"  # or "ipu": stochastic rounding of float16 results (`numerics`)
+    device_iterations: int = 1  # calls per host transfer (`ipujax.latency`)
 
 
 def build_options(

@@ -16,7 +16,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ipujax.bands import derived_fields, range_text, report_seconds_range
 from ipujax.errors import ReportError
+from ipujax.latency import CallLatency, call_latency
+from ipujax.numerics import numerics_summary
 from ipujax.report_io import io_caveats, io_tile_memory, with_io_tiles
 from lowering import shorten_paths
 from partitioner import (
@@ -64,6 +67,9 @@ _LATER = (
     "microbatches",
     "pipeline_cycles",
     "caveats",
+    "device_iterations",
+    "host_latency_cycles",
+    "numerics",
 )
 
 
@@ -104,10 +110,21 @@ class CostReport:
     # trips only a run knows (one trip, or those the last run counted), one left whole at the
     # unroll limit
     caveats: tuple[str, ...] = ()
+    # Calls per host transfer (`jit(device_iterations=...)`), each transfer's fixed cycles
+    device_iterations: int = 1
+    host_latency_cycles: int = 0
+    numerics: str = "exact"  # or "ipu": float16 rounded stochastically (`ipujax.numerics`)
 
     @property
     def seconds(self) -> float:
         return self.total_cycles / self.clock_hz
+
+    seconds_range = property(report_seconds_range)  # (low, high) around seconds: ipujax.bands
+
+    @property
+    def latency(self) -> CallLatency:
+        """One call's host in, device and host out seconds, its latency and calls/s."""
+        return call_latency(self)
 
     @property
     def peak_tile_bytes(self) -> int:
@@ -160,6 +177,7 @@ class CostReport:
             f"target          {self.target} x {self.ipus} ({self.system}), "
             f"{self.tiles_per_ipu:,} tiles/IPU at {self.clock_hz / 1e9:.3f} GHz",
             f"total cycles    {self.total_cycles:,} ({self.seconds * 1e3:.4f} ms)",
+            f"time range      {range_text(self)}",
             "time split      "
             + ", ".join(f"{k} {v * 1e3:.4f} ms" for k, v in self.time_split().items()),
             f"FLOPs per IPU   {self.flops:,} ({100 * self.flop_utilisation:.2f}% of peak); "
@@ -177,6 +195,8 @@ class CostReport:
                 for route, count, cycles in self.collectives_by_route()
             ),
             *self._pipeline_lines(),
+            f"per call        {self.latency.summary()}",
+            f"numerics        {numerics_summary(self.numerics)}",
             *(f"caveat          {line}" for line in self.caveats),
         ]
         lines += ["", "cycles by op:"]
@@ -238,6 +258,8 @@ class CostReport:
             elif f.name in _RECORDS:
                 value = [_figures(r) for r in value]
             out[f.name] = value
+        out["latency"] = self.latency.to_dict()  # derived; not read back
+        out.update(derived_fields(self))  # seconds_range, bounds (ipujax.bands); not read back
         return out
 
     def to_json(self) -> str:
@@ -297,6 +319,9 @@ _SCALARS: dict[str, tuple[type, ...]] = {
     "streaming_bytes": (int,),
     "host_bytes": (int,),
     "microbatches": (int,),
+    "device_iterations": (int,),
+    "host_latency_cycles": (int,),
+    "numerics": (str,),
 }
 
 
@@ -361,7 +386,9 @@ def _record(record: type, raw: Any) -> Any:
     return record(**values)
 
 
-def build_report(built: Built, caveats: tuple[str, ...] = ()) -> CostReport:
+def build_report(
+    built: Built, caveats: tuple[str, ...] = (), device_iterations: int = 1
+) -> CostReport:
     """The report of what `partitioner.build` made: its step cost, its memory per tile (and the
     IO tiles' streaming buffers), every IPU alike (SPMD); and what its figures assume."""
     mesh, cost, memory = built.mesh, built.cost, built.memory
@@ -408,6 +435,8 @@ def build_report(built: Built, caveats: tuple[str, ...] = ()) -> CostReport:
         microbatches=0 if pipeline is None else pipeline.microbatches,
         pipeline_cycles=() if pipeline is None else pipeline.cycles,
         caveats=caveats + io_caveats(built),
+        device_iterations=device_iterations,
+        host_latency_cycles=target.host_latency_cycles,
     )
 
 

@@ -25,6 +25,7 @@ from ipujax.caveats import standing_caveats
 from ipujax.errors import ReplicationWarning
 from ipujax.host_bound import warn_host_bound
 from ipujax.loops import Loops, caveats, find_loops, recosted, warn_loops
+from ipujax.numerics import call_key, numerics_caveats, with_numerics
 from ipujax.options import JitOptions
 from ipujax.report import CostReport, build_report
 from ipujax.runtime.runner import Runner, device_pool, make_runner, run_step_by_step
@@ -57,6 +58,8 @@ class Compiled:
         verify: bool = False,
         rebuild: Rebuild | None = None,
         loops: Loops | None = None,
+        iterations: int = 1,
+        numerics: str = "exact",
     ) -> None:
         self.graph = graph
         self.built = built
@@ -65,8 +68,12 @@ class Compiled:
         self.mesh = built.mesh
         self.partitioned = built.partitioned
         self._loops = find_loops(built) if loops is None else loops
-        self._standing = standing_caveats(built, self._loops)
-        self._report = build_report(built, caveats(self._loops, {}) + self._standing)
+        self._numerics = numerics  # "ipu": float16 results rounded stochastically
+        self._standing = standing_caveats(built, self._loops) + numerics_caveats(built, numerics)
+        self._iterations = iterations  # device iterations: calls per host transfer
+        self._report = build_report(
+            built, caveats(self._loops, {}) + self._standing, self._iterations
+        )
         self._counted: dict = {}  # the trips the report charges, by loop
         # The runner is made on the first call, so costing a program never makes it (0.4 s of
         # GPT-3's compile on a Pod256). A pipelined step is costed as its micro-batch's program
@@ -82,7 +89,12 @@ class Compiled:
     def _runner(self) -> Runner:
         if self._run is None:
             self._run, self._devices = make_runner(
-                self._runs(), self._donate, self._device_pool, self._verify, self._loops.counted
+                self._runs(),
+                self._donate,
+                self._device_pool,
+                self._verify,
+                self._loops.counted,
+                self._numerics,
             )
         return self._run
 
@@ -98,6 +110,8 @@ class Compiled:
         host = run.shardings is not None
         with jax.enable_x64(True):
             flat = flatten_args(self.graph, args, kwargs, host)
+        if self._numerics != "exact":  # the stochastic rounding's key, the runner's last input
+            flat.append(call_key())
         outputs = restore_keys(self.graph, list(run(*flat)))
         return jax.tree.unflatten(self.graph.out_tree, outputs)
 
@@ -114,9 +128,10 @@ class Compiled:
         trips = {} if self._run is None else {k: int(v) for k, v in self._run.trips.items()}
         if trips and trips != self._counted:
             built = recosted(self.built, trips)
-            self._report = build_report(built, caveats(self._loops, trips) + self._standing)
+            every = caveats(self._loops, trips) + self._standing
+            self._report = build_report(built, every, self._iterations)
             self._counted = trips
-        return self._report
+        return with_numerics(self._report, self._numerics)
 
     def what_if(self, **changes: Any) -> CostReport:
         """The report of this program on the machine with `changes` to its `Target`: a field's
@@ -178,6 +193,8 @@ class Compiled:
         """Runs one task (an op's supersteps) at a time, yielding each with its results."""
         if self.partitioned is not None:
             raise ConfigError("step_by_step runs programs of one IPU; use a mesh of one IPU")
+        if self._numerics != "exact":
+            raise ConfigError("step_by_step runs jax.jit's numbers; compile with numerics='exact'")
         with jax.enable_x64(True):
             flat = flatten_args(self.graph, args, kwargs)
         yield from run_step_by_step(self.built.runnable, flat)
@@ -210,23 +227,41 @@ class Lowered:
     @api_boundary
     def compile(self, *, check_memory_fits: bool = True) -> Compiled:
         how = dataclasses.replace(self._options.build, check_memory=check_memory_fits)
-        devices = self._options.devices
+        devices, iters = self._options.devices, self._options.device_iterations
         if self._micro is None:
             built = build(self.graph, self._mesh, self._in_specs, self._out_specs, how)
             loops = _warn(built)
             warn_host_bound(built, how.resident_inputs)
             again = self._rebuild(self.graph, how)
             return Compiled(
-                self.graph, built, self._donate, devices, None, how.verify, again, loops
+                self.graph,
+                built,
+                self._donate,
+                devices,
+                None,
+                how.verify,
+                again,
+                loops,
+                iters,
+                numerics=self._options.numerics,
             )
         micro, batch = self._micro
         assert how.pipeline is not None  # a micro-batch program is traced only for one
         costed = dataclasses.replace(how, batch_inputs=batch)
         built = build(micro, self._mesh, self._in_specs, self._out_specs, costed)
         loops = _warn(built)
-        again = self._rebuild(micro, costed)
+        again, runs = self._rebuild(micro, costed), self._runs(how)
         return Compiled(
-            self.graph, built, self._donate, devices, self._runs(how), how.verify, again, loops
+            self.graph,
+            built,
+            self._donate,
+            devices,
+            runs,
+            how.verify,
+            again,
+            loops,
+            iters,
+            numerics=self._options.numerics,
         )
 
     def _rebuild(self, graph: Graph, how: Options) -> Rebuild:

@@ -1,8 +1,9 @@
 """Tracing: the user's function to the IR (`lowering.lower`), under the jax mesh its call
 resolved to, with dead code dropped.
 
-Under an ipujax mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces; under a jax
-mesh's own, so does a `shard_map` over it, which ipujax then refuses at the user's line.
+Under an ipujax mesh's abstract twin, `with_sharding_constraint(x, P("tp"))` traces, and so does
+a `shard_map` over the mesh. Under a jax mesh with Explicit axes the arguments are traced with
+their shardings in their types (`typed`), as `jax.jit` traces them.
 """
 
 from __future__ import annotations
@@ -12,16 +13,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
-from jax.sharding import AbstractMesh
+from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
-from lowering import (
-    SHARD_MAP_DETAIL,
-    Graph,
-    UnsupportedOpError,
-    eliminate_dead_code,
-    lower,
-    raised_at,
-)
+from lowering import Graph, eliminate_dead_code, lower, raised_at
+from partitioner import ShardingError
 
 
 def traced(
@@ -32,13 +27,42 @@ def traced(
         return eliminate_dead_code(lower(fun, *args, **kwargs))
 
 
+def typed(
+    args: tuple, kwargs: dict, specs: Sequence[PartitionSpec | None], mesh: AbstractMesh
+) -> tuple[tuple, dict, list[PartitionSpec | None]]:
+    """The arguments as jax.jit traces them on a mesh with Explicit axes: each array leaf a
+    `ShapeDtypeStruct` split as its spec says, else as the array is (a `NamedSharding` over
+    the mesh's axes), else replicated; and the specs used. Python scalars stay as they are."""
+    leaves, tree = jax.tree.flatten((args, kwargs))
+    used: list[PartitionSpec | None] = []
+    out = []
+    for leaf, spec in zip(leaves, specs, strict=True):
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            out.append(leaf)
+            used.append(spec)
+            continue
+        spec = spec if spec is not None else _own_spec(leaf, mesh)
+        out.append(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, spec)))
+        used.append(spec)
+    typed_args, typed_kwargs = jax.tree.unflatten(tree, out)
+    return typed_args, typed_kwargs, used
+
+
+def _own_spec(leaf: Any, mesh: AbstractMesh) -> PartitionSpec:
+    sharding = getattr(leaf, "sharding", None)
+    if isinstance(sharding, NamedSharding) and sharding.mesh.axis_names == mesh.axis_names:
+        return sharding.spec
+    return PartitionSpec()
+
+
 @contextlib.contextmanager
 def _shard_map_refused() -> Iterator[None]:
-    """jax's refusal of a `shard_map` whose mesh is not the one traced under (an Explicit one),
-    as ipujax's refusal of every `shard_map`, at the user's line."""
+    """jax's refusal of a `shard_map` (specs its arguments do not match, an output its specs
+    call replicated that is not) as a `ShardingError` at the user's line, with jax's reason."""
     try:
         yield
     except ValueError as error:
         if "shard_map" not in str(error):
             raise
-        raise UnsupportedOpError("shard_map", raised_at(error), SHARD_MAP_DETAIL) from None
+        reason = " ".join(str(error).split())
+        raise ShardingError(f"jax refused the shard_map at {raised_at(error)}: {reason}") from None

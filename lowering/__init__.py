@@ -33,7 +33,7 @@ from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, op_reads, producers, walk
 from lowering.locations import SourceLoc, raised_at
-from lowering.loops import counted_trips, loop_counter, unroll_limit, unroll_loops
+from lowering.loops import counted_trips, loop_counter, renamed, unroll_limit, unroll_loops
 from lowering.mesh_rules import local_mesh_axes
 from lowering.paths import shorten_paths
 from lowering.regions import binary_op, scatter_combiner
@@ -99,6 +99,7 @@ __all__ = [
     "op_reads",
     "producers",
     "raised_at",
+    "renamed",
     "restore_keys",
     "run_op",
     "scatter_combiner",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lowering.ir import Op, Value
+from lowering.library_ops import LIBRARY_FLOPS
 from lowering.vocabulary import (
     DATA_MOVEMENT,
     ELEMENTWISE,
@@ -130,7 +131,18 @@ def _summing_collective_cost_rule(operands: Values, results: Values, **attrs: An
     return _traffic(operands, results, flops=sum(x.size for x in operands))
 
 
+def _library_cost_rule(name: str) -> CostRule:
+    """An op of `library_ops`: its FLOPs by its family's count, its operands and results."""
+
+    def rule(operands: Values, results: Values, **attrs: Any) -> OpCost:
+        return _traffic(operands, results, flops=LIBRARY_FLOPS[name](operands, results, **attrs))
+
+    rule.__name__ = f"_{name}_cost_rule"
+    return rule
+
+
 COST_RULES: dict[str, CostRule] = {
+    **{name: _library_cost_rule(name) for name in LIBRARY_FLOPS},
     "all_reduce": _summing_collective_cost_rule,
     "reduce_scatter": _summing_collective_cost_rule,
     "all_gather": _movement_cost_rule,
@@ -157,6 +169,9 @@ COST_RULES: dict[str, CostRule] = {
     "fusion": _nothing_cost_rule,  # its members' costs: `op_cost`
     "optimization_barrier": _nothing_cost_rule,
     "sharding_constraint": _nothing_cost_rule,
+    "manual_computation": _nothing_cost_rule,  # its body's ops run on each IPU
+    "collective_permute": _movement_cost_rule,  # its link traffic is the partitioner's
+    "partition_id": _nothing_cost_rule,
 }
 
 

@@ -3,8 +3,8 @@
 jax's StableHLO can hold such ops (the zeros of a `jnp.where` transpose that another path
 replaced, for instance), which XLA drops when it compiles. The simulator drops them too, or a
 dead broadcast of a whole attention matrix would be laid out, costed and counted in memory.
-Every op in the vocabulary is free of side effects, so an op is dead when none of its results is
-read by a live op, a region, or the graph's outputs.
+An op is dead when none of its results is read by a live op, a region, or the graph's outputs,
+unless it has side effects (a host callback: `vocabulary.SIDE_EFFECTS`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from lowering.ir import Graph, Value, free_values
+from lowering.vocabulary import SIDE_EFFECTS
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:
@@ -19,7 +20,7 @@ def eliminate_dead_code(graph: Graph) -> Graph:
     live: set[Value] = set(graph.outputs)
     kept = []
     for op in reversed(graph.ops):
-        if not any(v in live for v in op.results):
+        if op.name not in SIDE_EFFECTS and not any(v in live for v in op.results):
             continue
         kept.append(op)
         live.update(op.operands)

@@ -13,10 +13,8 @@ class IpujaxError(Exception):
     """Root of every error ipujax raises on purpose."""
 
 
-# Why a program's own collectives (jax.shard_map's regions) are refused, and what to do instead.
-SHARD_MAP_DETAIL = (
-    "collectives written in the program itself (shard_map); give ipujax.jit shardings instead"
-)
+# Why a collective outside any shard_map region is refused (jax writes them only inside one).
+SHARD_MAP_DETAIL = "a collective outside a shard_map; write it in the body of a jax.shard_map"
 
 
 class UnsupportedOpError(IpujaxError):

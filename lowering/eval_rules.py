@@ -20,6 +20,7 @@ from jax._src.lax.windowed_reductions import _select_and_scatter_add
 
 from lowering.dtypes import is_float
 from lowering.fusion import fusion_eval_rule
+from lowering.library_ops import LIBRARY_EVAL_RULES
 from lowering.mesh_rules import MESH_EVAL_RULES
 from lowering.regions import binary_op
 
@@ -461,7 +462,7 @@ def _sharding_constraint_eval_rule(x: Array, **sharding: Any) -> tuple[Array, ..
 
 
 EVAL_RULES: dict[str, EvalRule] = {
-    **MESH_EVAL_RULES,
+    **(MESH_EVAL_RULES | LIBRARY_EVAL_RULES),
     **{name: _one(fn) for name, fn in _LAX_ELEMENTWISE.items()},
     "round_nearest_afz": _round_nearest_afz_eval_rule,
     "round_nearest_even": _round_nearest_even_eval_rule,

@@ -19,6 +19,8 @@ from lowering import regions as region_rules
 from lowering.dtypes import numpy_dtype
 from lowering.errors import SHARD_MAP_DETAIL, UnsupportedFeatureError
 from lowering.ir import Graph
+from lowering.library_ops import LIBRARY_IMPORT_RULES
+from lowering.manual_import import MANUAL_IMPORT_RULES
 from lowering.vocabulary import BINARY, COLLECTIVES, FUSIONS, SHARD_OPS, UNARY, UNARY_TYPED
 
 Attrs = dict[str, Any]
@@ -340,6 +342,7 @@ def _made_by_ipujax_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) ->
 
 
 IMPORT_RULES: dict[str, ImportRule] = {
+    **LIBRARY_IMPORT_RULES,
     **{name: _made_by_ipujax_import_rule for name in FUSIONS},
     **{name: _over_ipus_import_rule for name in COLLECTIVES | SHARD_OPS},
     **{name: _no_attrs_import_rule for name in (UNARY | BINARY | UNARY_TYPED)},
@@ -374,4 +377,5 @@ IMPORT_RULES: dict[str, ImportRule] = {
     "case": _no_attrs_import_rule,
     "optimization_barrier": _no_attrs_import_rule,
     "sharding_constraint": _sharding_constraint_import_rule,
+    **MANUAL_IMPORT_RULES,
 }

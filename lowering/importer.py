@@ -17,12 +17,14 @@ import jax
 from jaxlib.mlir import ir
 
 from lowering import locations
+from lowering.callbacks import host_callbacks, lowered_host_callbacks, refuse_ordered
 from lowering.dtypes import numpy_dtype
 from lowering.errors import LoweringError, UnsupportedFeatureError, UnsupportedOpError
 from lowering.import_rules import IMPORT_RULES
 from lowering.ir import Graph, Op, Value
+from lowering.library_ops import custom_call_detail, op_name
 from lowering.locations import SourceLoc
-from lowering.vocabulary import ir_name
+from lowering.manual_import import READS_ITS_REGION
 
 _TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return"})
 _MLIR = MutableMapping[Any, Value]  # MLIR value -> IR value; MLIR values hash by identity
@@ -82,7 +84,7 @@ class _Importer:
         return ops
 
     def _op(self, mlir_op: Any, env: _MLIR, loc: SourceLoc) -> Op:
-        name = ir_name(_mlir_name(mlir_op))
+        name = op_name(mlir_op)
         if name is None:
             raise UnsupportedOpError(_mlir_name(mlir_op), loc, _custom_call_target(mlir_op))
         operands = tuple(env[v] for v in mlir_op.operands)
@@ -93,6 +95,8 @@ class _Importer:
             raise UnsupportedOpError(name, loc, str(error)) from None
         results = tuple(self._new_value(r.type, mlir_op) for r in mlir_op.results)
         env.update(zip(mlir_op.results, results, strict=True))
+        if name in READS_ITS_REGION:
+            regions = ()  # its import rule read the region into an attribute
         return Op(name, operands, results, attrs, regions, loc)
 
     def _region(self, region: ir.Region, env: _MLIR, loc: SourceLoc) -> Graph:
@@ -113,7 +117,7 @@ def _custom_call_target(op: Any) -> str:
     if _mlir_name(op) != "stablehlo.custom_call":
         return ""
     target = ir.StringAttr(op.attributes["call_target_name"]).value
-    return f"custom_call target {target!r}"
+    return custom_call_detail(target)
 
 
 def _arg_name(arg: ir.BlockArgument, index: int) -> str:
@@ -126,7 +130,9 @@ def lower(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Graph:
     """Traces `fun` on `args` (arrays or `jax.ShapeDtypeStruct`s, in pytrees) into a Graph."""
     lowered = jax.jit(fun, keep_unused=True).lower(*args, **kwargs)
     module: Any = lowered.compiler_ir("stablehlo")
-    graph = _Importer(module).main()
+    refuse_ordered(lowered, module)
+    with host_callbacks(lowered_host_callbacks(lowered)):
+        graph = _Importer(module).main()
     return Graph(
         inputs=graph.inputs,
         outputs=graph.outputs,

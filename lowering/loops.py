@@ -92,22 +92,22 @@ def unroll_loops(graph: Graph) -> Graph:
     """The graph with its counted top-level loops unrolled (within `MAX_TRIPS` and `MAX_OPS`)."""
     made = producers(graph)
     ids = itertools.count(1 + max((v.id for v in _all_values(graph)), default=0))
-    renamed: dict[Value, Value] = {}
+    unrolled: dict[Value, Value] = {}  # a loop's result -> its last copy's
     ops: list[Op] = []
     changed = False
     for op in graph.ops:
-        op = _renamed(op, renamed)
+        op = renamed(op, unrolled)
         trips = counted_trips(op, made) if op.name == "while" else None
         if trips is None or unroll_limit(op, made) is not None:
             ops.append(op)
             continue
         copies, results = _unrolled(op, trips, ids)
         ops += copies
-        renamed.update(zip(op.results, results, strict=True))
+        unrolled.update(zip(op.results, results, strict=True))
         changed = True
     if not changed:
         return graph
-    outputs = tuple(renamed.get(v, v) for v in graph.outputs)
+    outputs = tuple(unrolled.get(v, v) for v in graph.outputs)
     return dataclasses.replace(graph, ops=tuple(ops), outputs=outputs)
 
 
@@ -163,7 +163,7 @@ def _copied_graph(graph: Graph, outer: dict[Value, Value], ids: itertools.count)
     return dataclasses.replace(graph, inputs=inputs, ops=ops, outputs=outputs)
 
 
-def _renamed(op: Op, mapping: Mapping[Value, Value]) -> Op:
+def renamed(op: Op, mapping: Mapping[Value, Value]) -> Op:
     """`op` reading `mapping[v]` for every value `v` it or its regions read from outside."""
     if not mapping:
         return op
@@ -176,7 +176,7 @@ def _renamed(op: Op, mapping: Mapping[Value, Value]) -> Op:
 
 def _renamed_graph(graph: Graph, mapping: Mapping[Value, Value]) -> Graph:
     inner = {k: v for k, v in mapping.items() if k not in set(graph.inputs)}
-    ops = tuple(_renamed(o, inner) for o in graph.ops)
+    ops = tuple(renamed(o, inner) for o in graph.ops)
     outputs = tuple(inner.get(v, v) for v in graph.outputs)
     if outputs == graph.outputs and all(a is b for a, b in zip(ops, graph.ops, strict=True)):
         return graph

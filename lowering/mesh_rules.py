@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from jax import lax
 
+from lowering.manual import manual_eval_rule
+
 Array = Any
 
 
@@ -106,7 +108,14 @@ def _all_to_all_eval_rule(
     concat_dimension: int,
     **why: Any,
 ) -> tuple[Array, ...]:
-    return (lax.all_to_all(x, axes, split_dimension, concat_dimension, tiled=True),)
+    return (lax.all_to_all(_varying(x, axes), axes, split_dimension, concat_dimension, tiled=True),)
+
+
+def _varying(x: Array, axes: tuple[str, ...]) -> Array:
+    """`x` itself, but batched over `axes` under vmap: jax's all-to-all of a value vmap holds
+    once for every IPU (an all-gather's result) returns wrong shapes (jax 0.10)."""
+    index = lax.axis_index(axes)
+    return lax.select(lax.broadcast(lax.eq(index, index), x.shape), x, x)
 
 
 def _shard_slice_eval_rule(
@@ -189,7 +198,27 @@ def _shard_index_eval_rule(
     return local, inside
 
 
+def _collective_permute_eval_rule(
+    x: Array, *, axes: tuple[str, ...], group_size: int, pairs: tuple, **why: Any
+) -> tuple[Array, ...]:
+    """Each IPU's `x` to its target along the one axis of `axes`; an IPU no pair sends to gets
+    zeros (`jax.lax.ppermute`)."""
+    (axis,) = axes
+    return (lax.ppermute(x, axis, perm=list(pairs)),)
+
+
+def _partition_id_eval_rule(*, axes: tuple[str, ...], group_size: int) -> tuple[Array, ...]:
+    """This IPU's place in the mesh, counted row-major over `axes` (the mesh's axes of more
+    than one IPU: the others count nothing)."""
+    if not axes:
+        return (np.uint32(0),)
+    return (lax.convert_element_type(lax.axis_index(axes), np.uint32),)
+
+
 MESH_EVAL_RULES: dict[str, Callable[..., tuple[Array, ...]]] = {
+    "manual_computation": manual_eval_rule,
+    "collective_permute": _collective_permute_eval_rule,
+    "partition_id": _partition_id_eval_rule,
     "shard_index": _shard_index_eval_rule,
     "all_reduce": _all_reduce_eval_rule,
     "all_gather": _all_gather_eval_rule,

@@ -19,6 +19,8 @@ import numpy as np
 
 from lowering.eval_rules import EVAL_RULES
 from lowering.ir import Graph, Op
+from lowering.library_ops import LIBRARY_SHAPE_RULES
+from lowering.manual import manual_shape_rule
 from lowering.vocabulary import BINARY, UNARY
 
 Aval = jax.ShapeDtypeStruct
@@ -239,6 +241,7 @@ def _shard_index_shape_rule(indices: Aval, **attrs: Any) -> tuple[Aval, ...]:
 
 
 SHAPE_RULES: dict[str, ShapeRule] = {
+    **LIBRARY_SHAPE_RULES,
     "shard_index": _shard_index_shape_rule,
     "all_reduce": _same_as_operands_shape_rule,  # variadic once combined
     "all_gather": _all_gather_shape_rule,
@@ -275,6 +278,9 @@ SHAPE_RULES: dict[str, ShapeRule] = {
     "fusion": _fusion_shape_rule,
     "optimization_barrier": _identity_shape_rule,
     "sharding_constraint": _identity_shape_rule,
+    "manual_computation": manual_shape_rule,
+    "collective_permute": _same_as_first_shape_rule,
+    "partition_id": lambda **attrs: (Aval((), np.dtype(np.uint32)),),
 }
 
 

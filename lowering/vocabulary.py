@@ -58,14 +58,29 @@ STRUCTURED = frozenset(
 )
 
 # Control flow and annotations.
-CONTROL = frozenset({"while", "case", "optimization_barrier", "sharding_constraint"})
+CONTROL = frozenset(
+    {"while", "case", "optimization_barrier", "sharding_constraint", "manual_computation"}
+)
 
 # Ops over the IPUs of a mesh axis, which the partitioner inserts into the per-IPU program:
 # the collectives, and taking, masking or indexing this IPU's shard of a dimension, or
 # extending it with its neighbours' edge rows (`halo_exchange`, for ops that read the dimension
-# at an offset: a stencil's shifted slices, a pad, a roll).
-COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
-SHARD_OPS = frozenset({"shard_slice", "shard_mask", "shard_index", "halo_exchange"})
+# at an offset: a stencil's shifted slices, a pad, a roll). A shard_map's body writes
+# collectives itself, and asks for its IPU's place (`partition_id`): `lowering.manual`.
+COLLECTIVES = frozenset(
+    {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"}
+)
+SHARD_OPS = frozenset({"shard_slice", "shard_mask", "shard_index", "halo_exchange", "partition_id"})
+
+# Linear algebra as jax calls LAPACK on CPU (potrf, getrf, trsm custom calls, and StableHLO's
+# triangular_solve), and StableHLO's FFT: library routines the IPU runs as PopLibs-style kernels.
+LINALG = frozenset({"cholesky", "lu", "triangular_solve"})
+SPECTRAL = frozenset({"fft"})
+
+# Host callbacks (jax.debug.print, jax.pure_callback, io_callback): Python run on the host
+# mid-step. The only ops with side effects: kept when nothing reads their results.
+CALLBACKS = frozenset({"host_callback"})
+SIDE_EFFECTS = CALLBACKS
 
 ELEMENTWISE = UNARY | UNARY_TYPED | BINARY | ELEMENTWISE_OTHER
 
@@ -79,6 +94,9 @@ VOCABULARY: frozenset[str] = (
     | DATA_MOVEMENT
     | CONTRACTIONS
     | STRUCTURED
+    | LINALG
+    | SPECTRAL
+    | CALLBACKS
     | CONTROL
     | COLLECTIVES
     | SHARD_OPS

@@ -62,6 +62,7 @@ from partitioner.pipelines.stages import split_stages
 from partitioner.pipelines.step_cost import pipelined_step_cost
 from partitioner.program import Program
 from partitioner.sharding.combine import BUFFER_BYTES, combine_all_reduces
+from partitioner.sharding.manual import inline_on_one_ipu
 from partitioner.sharding.partition import Partitioned, partition
 from partitioner.sharding.propagation import propagate_shardings
 from partitioner.sharding.replicas import check_replica_axes, derive_replica_axes, varying_axes
@@ -143,7 +144,7 @@ def per_ipu(
     up to `combine_bytes` (0: kept apart), its elementwise chains fused (`options.fuse`), its
     IR verified when `options.verify`."""
     partitioned = None
-    local = graph
+    local = graph if mesh.ipus > 1 else inline_on_one_ipu(graph)
     if mesh.ipus > 1:
         partitioned = partition_program(graph, mesh, in_specs, out_specs)
         local = combine_all_reduces(partitioned.graph, combine_bytes)
@@ -275,7 +276,8 @@ def build(
             check_capacity(needed, mesh.target)
         streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links, trips)
     resident = options.resident_inputs
-    host = step_transfers(host_io(local, resident), program, mesh, target, plan is not None)
+    io = host_io(local, resident, graph)
+    host = step_transfers(io, program, mesh, target, plan is not None)
     cost = program_cost(program, plan, memory.phase_peaks, streams, target, host)
     return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept)
 

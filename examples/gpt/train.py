@@ -4,6 +4,7 @@
     python examples/gpt/train.py --mesh dp=2,tp1=2,tp2=2 --report step.json
     python examples/gpt/train.py --checkpoint ckpt/ --steps 400 --resume
     python examples/gpt/train.py --mesh dp=2,pp=2 --pipeline --microbatches 4 --steps 20
+    python examples/gpt/train.py --fp16 --numerics ipu --lr 0.05 --steps 300
 
 The data is byte-level text (vocabulary 256): by default every `*.py` file of the Python
 standard library, concatenated in sorted order, so any machine has it without a download.
@@ -14,6 +15,8 @@ the simulator's tokens/s (wall clock on this CPU) and the simulated IPU system's
 per step / the cost report's seconds per step). `--pipeline` pipelines the step over the mesh's
 `pp` axis with `ipujax.Pipeline`, one stage per IPU of the axis, the global batch cut into
 `--microbatches` micro-batches (the values are jax.jit's: pipelining reorders work only).
+`--fp16` trains in pure float16 with loss scaling (`fp16.py`), and `--numerics ipu` rounds its
+float16 results stochastically, as the IPU does (`ipujax.jit(numerics="ipu")`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from shared.transformer import layer_names
 model = load.example("gpt", "model")
 sharding = load.example("gpt", "sharding")
 workloads = load.example("gpt", "workloads")
+fp16 = load.example("gpt", "fp16")
 
 CHECKPOINT_FILE = "checkpoint.npz"
 
@@ -59,6 +63,8 @@ RUN_FLAGS = {
     "clip": 1.0,
     "seed": 0,
     "data": None,
+    "fp16": False,
+    "numerics": "exact",
 }
 
 
@@ -95,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--clip", type=float, default=None, help="global gradient-norm clip, 0 for none (1.0)")
     add("--seed", type=int, default=None, help="initialisation and data seed (default 0)")
     add("--data", default=None, help="a text file or a folder of *.py (default: the stdlib)")
+    add("--fp16", action="store_true", default=None, help="pure float16, SGD (fp16.py)")
+    add("--numerics", choices=["exact", "ipu"], default=None, help="ipu: stochastic rounding")
     flags.add_check(parser)
     add("--plot", default=None, metavar="PATH.png", help="write the loss curve")
     add("--checkpoint", default=None, metavar="DIR", help="save a checkpoint here")
@@ -216,7 +224,11 @@ def read_run(folder: str) -> dict[str, Any]:
 
 def config_of(run: dict[str, Any]) -> Any:
     return model.Config(
-        layers=run["layers"], d_model=run["d_model"], heads=run["heads"], seq=run["seq"]
+        layers=run["layers"],
+        d_model=run["d_model"],
+        heads=run["heads"],
+        seq=run["seq"],
+        dtype="float16" if run.get("fp16") else "float32",
     )
 
 
@@ -226,7 +238,7 @@ def load_checkpoint(folder: str) -> dict[str, Any]:
     config = config_of(run)
     optimizer = make_optimizer(run)
     params_shape = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
-    state_shape = jax.eval_shape(lambda p: model.init_optimizer(optimizer, p), params_shape)
+    state_shape = jax.eval_shape(lambda p: init_optimizer(run, optimizer, p), params_shape)
     with np.load(Path(folder) / CHECKPOINT_FILE) as saved:
         rng = np.random.default_rng()
         rng.bit_generator.state = json.loads(str(saved["rng"]))
@@ -245,9 +257,16 @@ def load_checkpoint(folder: str) -> dict[str, Any]:
 
 
 def make_optimizer(run: dict[str, Any]) -> Any:
+    if run.get("fp16"):
+        return fp16.make_optimizer(run["lr"])
     return model.make_optimizer(
         lr=run["lr"], warmup=run["warmup"], weight_decay=run["weight_decay"], clip=run["clip"]
     )
+
+
+def init_optimizer(run: dict[str, Any], optimizer: Any, params: Any) -> Any:
+    init = fp16.init_optimizer if run.get("fp16") else model.init_optimizer
+    return init(optimizer, params)
 
 
 def check_batch(run: dict[str, Any], mesh: ipujax.Mesh, microbatches: int = 1) -> None:
@@ -289,10 +308,20 @@ def compile_step(
     """The training step compiled for the mesh, and the same step under jax.jit."""
     key = (json.dumps(run, sort_keys=True), mesh, json.dumps(phases), pipeline)
     if key not in _COMPILED:
-        step = model.make_train_step(make_optimizer(run), micro_batches=run["grad_accumulation"])
+        if run.get("fp16"):
+            step = fp16.make_train_step(make_optimizer(run))
+        else:
+            step = model.make_train_step(make_optimizer(run), run["grad_accumulation"])
         tokens = jax.ShapeDtypeStruct((run["batch"], run["seq"] + 1), jnp.int32)
         specs = sharding.train_specs(params, opt_state, mesh)
-        jitted = ipujax.jit(step, mesh=mesh, in_shardings=specs, phases=phases, pipeline=pipeline)
+        jitted = ipujax.jit(
+            step,
+            mesh=mesh,
+            in_shardings=specs,
+            phases=phases,
+            pipeline=pipeline,
+            numerics=run["numerics"],
+        )
         _COMPILED[key] = (jitted.lower(params, opt_state, tokens).compile(), jax.jit(step))
     return _COMPILED[key]
 
@@ -339,6 +368,8 @@ def train(args: argparse.Namespace) -> int:
     if pipeline is not None and run["grad_accumulation"] > 1:
         raise UsageError("--pipeline accumulates over its --microbatches; drop --grad-accumulation")
     check_batch(run, mesh, pipeline.microbatches if pipeline else 1)
+    if args.check and run["numerics"] != "exact":
+        raise UsageError("--check compares with jax.jit's numbers; it needs --numerics exact")
     data, where = load_corpus(run["data"])
 
     if resumed:
@@ -346,7 +377,7 @@ def train(args: argparse.Namespace) -> int:
         start, losses = resumed["step"], resumed["losses"]
     else:
         params = model.init(jax.random.key(run["seed"]), config)
-        opt_state = model.init_optimizer(make_optimizer(run), params)
+        opt_state = init_optimizer(run, make_optimizer(run), params)
         rng, start, losses = np.random.default_rng(run["seed"]), 0, []
 
     print(f"data: {where}, {data.size:,} bytes")
@@ -393,7 +424,8 @@ def loop(
     with progress:
         for step in range(progress.start + 1, args.steps + 1):
             tokens = sample_batch(data, rng, run["batch"], run["seq"])
-            new_params, new_state, loss = progress.timed(compiled, params, opt_state, tokens)
+            with fp16.numerics_key(run["numerics"], run["seed"], step):
+                new_params, new_state, loss = progress.timed(compiled, params, opt_state, tokens)
             loss = float(loss)
             if args.check:
                 problem = progress.compare(loss, float(reference(params, opt_state, tokens)[2]))

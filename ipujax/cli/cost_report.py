@@ -17,6 +17,7 @@ from ipujax.cli.flags import (
 )
 from ipujax.cli.output import add_outputs, show_report
 from ipujax.cli.spec import Workload, accepts_mesh, call_workload, load_spec
+from ipujax.latency import checked_iterations
 from ipujax.report import CostReport
 from partitioner import Mesh
 
@@ -54,6 +55,13 @@ def add_workload_flags(parser: Any) -> None:
         help="arguments that stay on the IPUs between calls (weights), by position or name, "
         "e.g. 0 or params: not charged per call over the host link",
     )
+    parser.add_argument(
+        "--device-iterations",
+        metavar="N",
+        type=int,
+        help="calls whose inputs one host transfer carries, as Poplar's device iterations "
+        "(default: 1); the report's latency per call and calls/s follow",
+    )
 
 
 def run_cost_report(args: argparse.Namespace) -> int:
@@ -65,6 +73,8 @@ def workload_for(args: argparse.Namespace) -> Workload:
     # Bad flags fail before any workload code runs.
     phases = parse_phases(args.phases) if args.phases is not None else None
     resident = parse_resident(args.resident) if args.resident is not None else {}
+    iterations = args.device_iterations
+    rounds = {} if iterations is None else {"device_iterations": checked_iterations(iterations)}
     if args.target is not None:
         parse_target(args.target)
     if args.mesh is not None:
@@ -83,6 +93,7 @@ def workload_for(args: argparse.Namespace) -> Workload:
     if args.phases is not None:
         workload.jit_kwargs["phases"] = phases
     workload.jit_kwargs.update(resident)
+    workload.jit_kwargs.update(rounds)
     return workload
 
 

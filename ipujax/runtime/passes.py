@@ -1,10 +1,14 @@
 """The runtime's passes, in order, in one place: rewrites of the per-IPU program that change how
-the simulator computes its values on the CPU, never what they are nor what the IPU is charged.
+the simulator computes its values on the CPU, never what the IPU is charged, and never what the
+values are but under `numerics="ipu"`, where the last rounds as the IPU would.
 
     fuse_sums      (IPUs held on one device) an all-reduce of a contraction runs as one
                    contraction of every IPU's operands laid end to end (`fused_sums`)
     pass_scalars   a broadcast scalar read by a binary op or a comparison is handed to it as
                    the scalar; broadcasts nothing reads any more are dropped (`scalar_operands`)
+    round_stochastically  (numerics "ipu" only) float16 results of the ops an IPU rounds
+                   stochastically computed in float32 and so rounded (`stochastic`); with it,
+                   fuse_sums stays off, so each IPU rounds its own contraction as it would
 
 The cost report is built from the partitioner's program before these run; each pass is a pure
 function from a `Program` to a `Program`, and with `verify` each result is checked to read every
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 
 from ipujax.runtime.fused_sums import fuse_sums
 from ipujax.runtime.scalar_operands import pass_scalars
+from ipujax.runtime.stochastic import round_stochastically
 from lowering import Value
 from partitioner import Program, verify_dataflow
 
@@ -31,10 +36,11 @@ class Placement:
     sizes: Mapping[str, int]
     local_axes: Collection[str] = ()
     varying: Mapping[Value, frozenset[str]] | None = None
+    numerics: str = "exact"  # "ipu": the IPU's stochastic rounding (`stochastic`)
 
 
 def _fuse_sums(program: Program, placement: Placement) -> Program:
-    if not placement.local_axes or placement.varying is None:
+    if not placement.local_axes or placement.varying is None or placement.numerics != "exact":
         return program
     return fuse_sums(program, placement.varying, placement.local_axes)
 
@@ -43,9 +49,16 @@ def _pass_scalars(program: Program, placement: Placement) -> Program:
     return pass_scalars(program)
 
 
+def _round_stochastically(program: Program, placement: Placement) -> Program:
+    if placement.numerics == "exact":
+        return program
+    return round_stochastically(program, placement.varying, tuple(placement.sizes))
+
+
 RUNTIME_PASSES: tuple[tuple[str, Callable[[Program, Placement], Program]], ...] = (
     ("fuse_sums", _fuse_sums),
     ("pass_scalars", _pass_scalars),
+    ("round_stochastically", _round_stochastically),
 )
 
 

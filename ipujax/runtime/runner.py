@@ -31,6 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ipujax.runtime.devices import DevicePlan, default_device, plan_devices
 from ipujax.runtime.passes import Placement, prepare
+from ipujax.runtime.stochastic import keyed
 from ipujax.runtime.trips import with_counters
 from lowering import Value, local_mesh_axes
 from partitioner import Built, ConfigError, Partitioned, Program, Sharding, Task, varying_over
@@ -44,6 +45,9 @@ def _run_tasks(program: Program, flat: Sequence[Array]) -> tuple[Array, ...]:
         results = task.kernel(*[env[v] for v in task.inputs])
         env.update(zip(task.op.results, results, strict=True))
     return tuple(env[v] for v in program.outputs)
+
+
+_NO_MESH = jax.sharding.AbstractMesh((), ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,10 +81,15 @@ class Runner:
         with jax.enable_x64(True), self._placement():
             return self.jitted.lower(*flat)
 
-    def _placement(self) -> contextlib.AbstractContextManager[Any]:
-        if self.device is None:
-            return contextlib.nullcontext()
-        return jax.default_device(self.device)
+    @contextlib.contextmanager
+    def _placement(self) -> Iterator[None]:
+        """Out of the caller's mesh (a `jax.set_mesh` around the call names the user's axes,
+        not the devices' this program is spread over), on `device` when there is one."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(jax.sharding.use_abstract_mesh(_NO_MESH))
+            if self.device is not None:
+                stack.enter_context(jax.default_device(self.device))
+            yield
 
 
 def _placed(flat: tuple[Array, ...], shardings: Sequence[NamedSharding]) -> tuple[Array, ...]:
@@ -134,12 +143,20 @@ def compile_program(
     donate: Sequence[int] = (),
     verify: bool = False,
     loops: Collection[Value] = (),
+    numerics: str = "exact",
 ) -> Runner:
     """The program, through the runtime's passes, as one jitted function of its flat inputs;
-    `loops` count their trips."""
-    program, counted = with_counters(prepare(program, Placement({}), verify), loops)
-    jitted = jax.jit(lambda *flat: _run_tasks(program, flat), donate_argnums=tuple(donate))
-    return Runner(jitted, loops=counted)
+    `loops` count their trips. With numerics "ipu" the key's data is one more, last, input."""
+    placement = Placement({}, numerics=numerics)
+    program, counted = with_counters(prepare(program, placement, verify), loops)
+    run = _keyed_if(numerics, lambda *flat: _run_tasks(program, flat))
+    return Runner(jax.jit(run, donate_argnums=tuple(donate)), loops=counted)
+
+
+def _keyed_if(numerics: str, run: Callable[..., tuple]) -> Callable[..., tuple]:
+    """`run`, taking the stochastic rounding's key as its last argument under numerics "ipu"
+    (`stochastic.keyed`); `run` itself under "exact"."""
+    return run if numerics == "exact" else keyed(run)
 
 
 def run_step_by_step(program: Program, flat: Sequence[Array]) -> Iterator[tuple[Task, tuple]]:
@@ -243,6 +260,7 @@ def compile_partitioned(
     devices: DevicePlan | None = None,
     verify: bool = False,
     loops: Collection[Value] = (),
+    numerics: str = "exact",
 ) -> Runner:
     """The per-IPU program run on every IPU of the mesh at once, as one jitted function: global
     inputs split into `[mesh axes..., *block]`, the vmapped per-IPU program, outputs joined;
@@ -256,7 +274,7 @@ def compile_partitioned(
     global_outputs = partitioned.global_graph.outputs
     on_one_device = set(axis_names) - set(devices.device_axes if devices else ())
     varying = varying_over(program.inputs, (t.op for t in program.tasks), in_shardings)
-    program = prepare(program, Placement(sizes, on_one_device, varying), verify)
+    program = prepare(program, Placement(sizes, on_one_device, varying, numerics), verify)
     # The mesh axes each output has a dimension for: those it differs over or is split over.
     # vmap broadcasts a result alike on every IPU if asked for a dimension it does not have.
     out_axes = [
@@ -287,9 +305,10 @@ def compile_partitioned(
         )
         return (*joined, *(jnp.max(c) for c in counts))
 
+    run_all = _keyed_if(numerics, everything)
     if devices is None:
-        return Runner(jax.jit(everything, donate_argnums=tuple(donate)), loops=counted)
-    return _spread(everything, partitioned, sizes, devices, donate, counted)
+        return Runner(jax.jit(run_all, donate_argnums=tuple(donate)), loops=counted)
+    return _spread(run_all, partitioned, sizes, devices, donate, counted, numerics != "exact")
 
 
 def _spread(
@@ -299,6 +318,7 @@ def _spread(
     devices: DevicePlan,
     donate: Sequence[int],
     loops: tuple[Value, ...],
+    key: bool = False,
 ) -> Runner:
     """`everything` jitted with fixed shardings of its global inputs and outputs, so that outputs
     fed back in as the next step's inputs (weights, optimizer state) are already where the
@@ -314,6 +334,8 @@ def _spread(
         for s, v in zip(partitioned.output_shardings, graph.outputs, strict=True)
     )
     counts = (NamedSharding(devices.mesh, PartitionSpec()),) * len(loops)  # on every device
+    if key:  # the stochastic rounding's key, the last argument, on every device
+        ins += (NamedSharding(devices.mesh, PartitionSpec()),)
     jitted = jax.jit(
         everything, donate_argnums=tuple(donate), in_shardings=ins, out_shardings=outs + counts
     )
@@ -335,20 +357,29 @@ def make_runner(
     devices: Sequence[jax.Device] | None,
     verify: bool = False,
     loops: Collection[Value] = (),
+    numerics: str = "exact",
 ) -> tuple[Runner, tuple[jax.Device, ...]]:
     """The jitted runner of what `partitioner.build` made, and the real devices it uses: the
     mesh spread over `devices` (by default every device jax sees) where its axes divide, else
     one device. With `verify`, the runtime's passes are verified too; `loops` (by their first
-    results) count their trips."""
+    results) count their trips. With numerics "ipu", a call passes the key's data last."""
     pool = device_pool(devices) or tuple(jax.devices())
     mesh, program, partitioned = built.mesh, built.runnable, built.partitioned
     spread = None
     if partitioned is None:
-        run = compile_program(program, donate, verify, loops)
+        run = compile_program(program, donate, verify, loops, numerics)
     else:
         spread = plan_devices(partitioned, mesh.axis_names, mesh.shape, pool)
         run = compile_partitioned(
-            program, partitioned, mesh.axis_names, mesh.shape, donate, spread, verify, loops
+            program,
+            partitioned,
+            mesh.axis_names,
+            mesh.shape,
+            donate,
+            spread,
+            verify,
+            loops,
+            numerics,
         )
     if spread is not None:
         return run, spread.devices

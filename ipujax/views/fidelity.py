@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from ipujax.fidelity import HIGH, LOW, Row, error_summary, number, ratio_text
+from ipujax.fidelity_ranking import ranking_summary
 
 
 def render_fidelity(console: Any, rows: Sequence[Row]) -> None:
@@ -38,4 +39,5 @@ def render_fidelity(console: Any, rows: Sequence[Row]) -> None:
         console.print("Derivations:")
     for row in derived:
         console.print(f"  {row.figure.name}: {row.derivation}")
-    console.print(error_summary(rows))
+    console.print(ranking_summary(rows))
+    console.print(error_summary(rows))  # the last line: the mean and maximum |error|

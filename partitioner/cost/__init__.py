@@ -11,6 +11,8 @@ add up what the schedule was charged.
     exchange    on-chip exchange and sync, and sync across IPUs
     topology    which links a group's ring runs over: ladders, the Pod64 torus, Gateway-Links
     links       ring collectives over those links; where mesh axes sit (`LinkModel`)
+    linalg      PopLibs' blocked factorisations' vertices and the FFT's butterflies (A rates)
+    callbacks   a host callback's round trip to the host
 
 May import: `lowering`, `partitioner.target`, `partitioner.mesh`, and itself; nothing above.
 """

@@ -99,6 +99,8 @@ def axis_traffic(graph: Graph) -> dict[str, int]:
     for op in graph.ops:
         if op.name == "halo_exchange":
             sent = sum(halo_edges(op))
+        elif op.name == "collective_permute":
+            sent = op.operands[0].nbytes
         elif op.name in COLLECTIVES:
             sent, _ = ring_bytes(op.name, collective_buffer(op), op.attrs["group_size"])
         else:

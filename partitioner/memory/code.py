@@ -50,12 +50,18 @@ OP_VERTEX_KINDS: dict[str, str | None] = {
     **dict.fromkeys(("scatter", "sort", "top_k"), "copy"),
     **dict.fromkeys(("reduce", "reduce_window", "select_and_scatter"), "reduce"),
     **dict.fromkeys(("all_reduce", "reduce_scatter"), "reduce"),
-    **dict.fromkeys(("all_gather", "all_to_all"), "copy"),
+    **dict.fromkeys(("all_gather", "all_to_all", "collective_permute"), "copy"),
+    # PopLibs' factorisations run their blocks' matmuls on the AMP; FFT butterflies are vector
+    # work; a host callback runs no vertex (host stream copies).
+    **dict.fromkeys(("cholesky", "lu", "triangular_solve"), "amp"),
+    "fft": "elementwise",
+    "host_callback": None,
     "constant": None,
     "reshape": None,
     "broadcast_in_dim": None,
     "optimization_barrier": None,
     "sharding_constraint": None,
+    "manual_computation": None,  # inlined by the partitioner
 }
 _SECOND_STAGE = "reduce"
 # Kinds whose codelets are made per op (BinaryOp<ADD, float>, MultiSlice...); the others per

@@ -18,7 +18,7 @@ from partitioner.errors import ConfigError
 from partitioner.phases.scopes import (
     BACKWARD,
     FORWARD,
-    block_label,
+    block_labels,
     direction,
     home_blocks,
     scope_blocks,
@@ -108,7 +108,9 @@ def _stage_blocks(program: Program, pipeline: Pipeline, count: int, each: list[b
 
 
 def _labels(program: Program, names: Sequence[str]) -> list[str | None]:
-    return [block_label(task, names) for task in program.tasks]
+    """Each task's block: its scope's, else (a program with no such scopes, a flax linen
+    model's) the block its structure repeats (`scopes.block_labels`)."""
+    return block_labels(program, names)
 
 
 def split_stages(program: Program, pipeline: Pipeline, count: int, each: list[bool]) -> StageSplit:

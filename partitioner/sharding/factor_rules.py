@@ -23,6 +23,7 @@ from partitioner.sharding.factors import Dims as Dims
 from partitioner.sharding.factors import FactorRule as FactorRule
 from partitioner.sharding.factors import Factors as Factors
 from partitioner.sharding.factors import project as project
+from partitioner.sharding.library_factors import LIBRARY_FACTOR_RULES
 
 
 def _replicated_factor_rule(op: Op) -> Factors:
@@ -407,6 +408,7 @@ def _select_and_scatter_factor_rule(op: Op) -> Factors:
 
 
 FACTOR_RULES: dict[str, FactorRule] = {
+    **LIBRARY_FACTOR_RULES,  # linear algebra, FFTs, host callbacks
     **dict.fromkeys(ELEMENTWISE, _elementwise_factor_rule),
     "constant": _replicated_factor_rule,  # no operands; a constant is made on every IPU
     "iota": _iota_factor_rule,
@@ -429,6 +431,9 @@ FACTOR_RULES: dict[str, FactorRule] = {
     "convolution": convolution_factor_rule,
     "select_and_scatter": _select_and_scatter_factor_rule,
     "sharding_constraint": _identity_factor_rule,
+    # shard_map: its operands and results take the specs it names (`propagation`), its body
+    # is already per IPU (`partition` inlines it).
+    "manual_computation": _replicated_factor_rule,
     "optimization_barrier": _identity_factor_rule,
     # A loop's carried values keep their shardings from trip to trip; propagation ties them to
     # its body's inputs and outputs (`propagation`), and the partitioner splits the body.

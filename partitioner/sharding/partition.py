@@ -33,6 +33,7 @@ from partitioner.sharding.builder import Builder
 from partitioner.sharding.conv_factors import FEATURES, local_group_counts, uneven_groups
 from partitioner.sharding.factor_rules import Factors, lookup_dim, project, reduction_kind
 from partitioner.sharding.halo_rewrite import Halos
+from partitioner.sharding.manual import inline_manual
 from partitioner.sharding.pending import pending_axes
 from partitioner.sharding.propagation import Propagated
 from partitioner.sharding.specs import Axes, Sharding
@@ -231,6 +232,9 @@ class _Partitioner:
     def rewrite(self, op: Op) -> None:
         if op.name == "while":
             self.loop(op)
+            return
+        if op.name == "manual_computation":
+            inline_manual(self, op)
             return
         if op in self.halos.absorbed:
             return  # a slice that a concatenation with halos reads through

@@ -221,6 +221,8 @@ def propagate_shardings(
             known[result] = Sharding(op.attrs["dim_axes"])
             origins[result] = f"with_sharding_constraint at {op.loc}"
             fixed.add(result)
+        if op.name == "manual_computation":
+            _seed_manual(op, known, origins, fixed)
     ops, ties = _with_loop_bodies(graph)
     rules = {op: ties.get(op) or FACTOR_RULES[op.name](op) for op in ops}
     state = _State(known, origins, fixed, rules)
@@ -244,6 +246,20 @@ def propagate_shardings(
     }
     factors = {op: f for op, f in state.factors.items() if op not in ties}
     return Propagated(known, origins, op_factors, factors)
+
+
+def _seed_manual(
+    op: Op, known: dict[Value, Sharding], origins: dict[Value, str], fixed: set[Value]
+) -> None:
+    """A shard_map's results are split as its out_specs say, and its operands are offered its
+    in_specs (the partitioner reshards them to those where they differ)."""
+    where = f"shard_map at {op.loc}"
+    for value, spec in zip(op.results, op.attrs["out_specs"], strict=True):
+        known[value], origins[value] = Sharding(tuple(spec)), where
+        fixed.add(value)
+    for value, spec in zip(op.operands, op.attrs["in_specs"], strict=True):
+        if value not in known:
+            known[value], origins[value] = Sharding(tuple(spec)), where
 
 
 def _with_loop_bodies(graph: Graph) -> tuple[list[Op], dict[Op, Factors]]:

@@ -46,7 +46,7 @@ def check_replica_axes(axes: Sequence[str], mesh: Mapping[str, int]) -> tuple[st
 
 
 # Ops after which a value differs across the IPUs of their axes, or agrees across them.
-_SPLITTING = SHARD_OPS | {"reduce_scatter", "all_to_all"}
+_SPLITTING = SHARD_OPS | {"reduce_scatter", "all_to_all", "collective_permute"}
 _JOINING = COLLECTIVES - _SPLITTING
 
 

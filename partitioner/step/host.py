@@ -115,13 +115,15 @@ def _kept_arguments(
     return kept, sent
 
 
-def sent_arguments(graph: Graph, resident: Sequence[int] = ()) -> list[list[int]]:
+def sent_arguments(
+    graph: Graph, resident: Sequence[int] = (), whole: Graph | None = None
+) -> list[list[int]]:
     """The arguments a step receives from the host, each as the flat input indices of its
-    leaves: every argument the step does not return updated, less the `resident` inputs."""
+    leaves: every argument the step does not return updated, less the `resident` inputs.
+    `whole` is the program before partitioning, when `graph` is one IPU's: an update is known
+    by its global type, whatever sharding the step leaves it in."""
     arguments, on_chip = _units(graph.in_tree, graph.inputs, top=True), frozenset(resident)
-    kept: set[int] = set()
-    if _returns_several(graph.out_tree):
-        kept = _kept_arguments(arguments, _units(graph.out_tree, graph.outputs, top=False))[0]
+    kept = _kept(whole or graph)[0]
     index = {v: i for i, v in enumerate(graph.inputs)}
     out = []
     for a, (_, leaves) in enumerate(arguments):
@@ -131,19 +133,22 @@ def sent_arguments(graph: Graph, resident: Sequence[int] = ()) -> list[list[int]
     return out
 
 
-def _sent_results(graph: Graph) -> list[Value]:
-    """The results a step sends to the host: every one that is not an argument's update."""
+def _kept(graph: Graph) -> tuple[set[int], list[int]]:
+    """The arguments a step returns updated, and the flat indices of the results it sends."""
     if not _returns_several(graph.out_tree):
-        return list(graph.outputs)
+        return set(), list(range(len(graph.outputs)))
     arguments = _units(graph.in_tree, graph.inputs, top=True)
-    return _kept_arguments(arguments, _units(graph.out_tree, graph.outputs, top=False))[1]
+    kept, sent = _kept_arguments(arguments, _units(graph.out_tree, graph.outputs, top=False))
+    position = {v: i for i, v in enumerate(graph.outputs)}
+    return kept, [position[v] for v in sent]
 
 
-def host_io(graph: Graph, resident: Sequence[int] = ()) -> HostIO:
-    """What one IPU of `graph` (a per-IPU program) exchanges with the host per step; the
-    `resident` inputs (flat indices) live on the IPUs between steps and are not sent."""
-    sent = tuple(graph.inputs[i] for flat in sent_arguments(graph, resident) for i in flat)
-    returned = tuple(_sent_results(graph))
+def host_io(graph: Graph, resident: Sequence[int] = (), whole: Graph | None = None) -> HostIO:
+    """What one IPU of `graph` (a per-IPU program, `whole` before partitioning) exchanges with
+    the host per step; the `resident` inputs (flat indices) live on the IPUs between steps and
+    are not sent."""
+    sent = tuple(graph.inputs[i] for flat in sent_arguments(graph, resident, whole) for i in flat)
+    returned = tuple(graph.outputs[i] for i in _kept(whole or graph)[1])
     received = sum(v.nbytes for v in sent)
     return HostIO(received, sum(v.nbytes for v in returned), sent, returned)
 

@@ -396,12 +396,27 @@ def test_regions_and_calls_reach_expected_ops():
 
 
 # Ops jax emits for common programs but the brief's vocabulary may leave out; run when supported.
+def _printed(x):
+    jax.debug.print("x = {}", x)
+    return x * 2
+
+
+# Library ops (LAPACK custom calls, the FFT, host callbacks); tests/lowering/test_linalg.py,
+# test_fft.py and test_debug_print.py test them in depth.
+LIBRARY_CASES = [
+    case("cholesky", lambda x: jnp.linalg.cholesky(x @ x.T + 3 * jnp.eye(3)), uniform((3, 3))),
+    case("lu triangular_solve", lambda x: jnp.linalg.solve(x + 3 * jnp.eye(3), x), uniform((3, 3))),
+    case("fft", jnp.fft.rfft, uniform((2, 8))),
+    case("host_callback", _printed, uniform((3,))),
+]
+
 OPTIONAL_CASES = [
     case(
         "select_and_scatter",
         jax.grad(lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum()),
         uniform((4, 6)),
     ),
+    *LIBRARY_CASES,
 ]
 
 
@@ -445,10 +460,12 @@ def test_sums_and_maxima_reduce_without_a_traced_region():
 
 def test_cases_exercise_whole_vocabulary():
     """Every op a jax program can lower to is exercised here; the collectives, shard ops and
-    fusions, which only the partitioner makes, are exercised by tests/partitioner."""
+    fusions, which only the partitioner makes, are exercised by tests/partitioner, and a
+    shard_map's (which needs a device per IPU to run under jax.jit) by
+    tests/ipujax/test_shard_map.py."""
     seen: set[str] = set()
     for c in ALL_CASES:
         if c.ops <= lowering.VOCABULARY:
             seen |= op_names(lowered(c))
-    inserted = COLLECTIVES | SHARD_OPS | FUSIONS
+    inserted = COLLECTIVES | SHARD_OPS | FUSIONS | {"manual_computation"}
     assert set(lowering.VOCABULARY) - inserted - seen == set()

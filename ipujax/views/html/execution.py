@@ -9,6 +9,7 @@ import numpy as np
 
 from ipujax.report import CostReport, SuperstepCost
 from ipujax.views import metrics as m
+from ipujax.views.html.roofline import roofline_section
 from ipujax.views.html.widgets import WIDTH, e, legend, panel, segment, svg, table
 
 TOP_OPS = 15
@@ -280,6 +281,7 @@ def execution_section(report: CostReport) -> str:
     return (
         f"{panel('Cycles by op', _by_op_chart(report))}"
         f"{panel('Timeline of supersteps', _timeline(report))}"
+        f"{roofline_section(report)}"
         f"{_execution_tables(report)}"
     )
 

@@ -9,6 +9,7 @@ from ipujax.views.html.execution import execution_section, phase_timeline
 from ipujax.views.html.memory import memory_section
 from ipujax.views.html.pipeline import pipeline_section
 from ipujax.views.html.style import CSS
+from ipujax.views.html.trust import range_note, trust_panel
 from ipujax.views.html.widgets import card, details, e, panel, table
 
 MAX_ROWS = 500  # rows of a collectives table; a program can need tens of thousands
@@ -17,7 +18,9 @@ NONE = '<p class="none">none</p>'
 
 def _summary(report: CostReport) -> str:
     cards = "".join(_cards(report))
-    return f'<div class="cards">{cards}</div><div class="panel">{_facts(report)}</div>'
+    return f'<div class="cards">{cards}</div><div class="panel">{_facts(report)}</div>' + panel(
+        "How far to trust the time", trust_panel(report)
+    )
 
 
 def _cards(report: CostReport) -> list[str]:
@@ -25,7 +28,11 @@ def _cards(report: CostReport) -> list[str]:
     balance = m.tile_balance(report)
     fits = report.fits
     return [
-        card("time per step", m.fmt_seconds(report.seconds), f"{report.total_cycles:,} cycles"),
+        card(
+            "time per step",
+            m.fmt_seconds(report.seconds),
+            f"{report.total_cycles:,} cycles; {range_note(report)}",
+        ),
         card(
             "FLOP utilisation",
             m.fmt_pct(report.flop_utilisation),

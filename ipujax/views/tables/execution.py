@@ -10,6 +10,7 @@ from rich.text import Text
 from ipujax.report import CostReport
 from ipujax.views import metrics as m
 from ipujax.views.tables import widgets as w
+from ipujax.views.tables.bounds import HEADER, bound_cells
 
 
 def kinds_table(report: CostReport) -> Table:
@@ -22,8 +23,10 @@ def kinds_table(report: CostReport) -> Table:
         "cycles",
         "share",
         "time",
-        numeric=(2, 3, 4),
+        HEADER,
+        numeric=(2, 3, 4, 5),
     )
+    bounds = bound_cells(report)  # the supersteps each kind of cycles bounds (bottlenecks)
     for name, step, cycles in kinds.rows():
         table.add_row(
             name,
@@ -31,6 +34,7 @@ def kinds_table(report: CostReport) -> Table:
             m.fmt_int(cycles),
             m.fmt_pct(cycles / total, 1),
             m.fmt_seconds(cycles / report.clock_hz),
+            bounds.get(name, ""),
         )
     table.add_section()
     table.add_row(

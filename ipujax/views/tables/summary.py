@@ -32,7 +32,23 @@ def summary_table(report: CostReport) -> Table:
     )
     table.add_row("clock", f"{report.clock_hz / 1e9:.3f} GHz")
     table.add_row("total cycles", m.fmt_int(report.total_cycles))
-    table.add_row("time per step", m.fmt_seconds(report.seconds))
+    low, high = report.seconds_range  # by the fidelity rows' errors per cost term
+    table.add_row(
+        "time per step",
+        f"{m.fmt_seconds(report.seconds)} ({m.fmt_seconds(low)} to {m.fmt_seconds(high)} by "
+        "the fidelity rows' errors)",
+    )
+    call = report.latency  # host in, device, host out; ipujax/latency.py
+    table.add_row(
+        "per call",
+        f"host in {m.fmt_seconds(call.host_in_seconds)}, device "
+        f"{m.fmt_seconds(call.device_seconds)}, host out {m.fmt_seconds(call.host_out_seconds)}"
+        + (f" ({call.iterations} device iterations)" if call.iterations > 1 else ""),
+    )
+    table.add_row(
+        "latency, rate",
+        f"{m.fmt_seconds(call.latency_seconds)} a call, {call.calls_per_second:,.1f} calls/s",
+    )
     table.add_row("supersteps", m.fmt_int(len(report.supersteps)))
     table.add_row(
         "FLOPs",

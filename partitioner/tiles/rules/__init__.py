@@ -33,11 +33,17 @@ percent on one IPU (benchmarks/RESULTS.md).
 from __future__ import annotations
 
 from lowering import COLLECTIVES, ELEMENTWISE
-from partitioner.tiles.rules.collective import collective_tile_rule, halo_tile_rule
+from partitioner.tiles.rules.collective import (
+    collective_tile_rule,
+    halo_tile_rule,
+    manual_tile_rule,
+    permute_tile_rule,
+)
 from partitioner.tiles.rules.common import TileRule
 from partitioner.tiles.rules.conv import convolution_tile_rule
 from partitioner.tiles.rules.elementwise import elementwise_tile_rule
 from partitioner.tiles.rules.fusion import fusion_tile_rule
+from partitioner.tiles.rules.linalg import LIBRARY_TILE_RULES
 from partitioner.tiles.rules.loop import case_tile_rule, while_tile_rule
 from partitioner.tiles.rules.matmul import dot_general_tile_rule, operand_layouts
 from partitioner.tiles.rules.reduce import reduce_tile_rule
@@ -55,16 +61,19 @@ _WHOLE = (
     "iota", "transpose", "slice", "dynamic_slice", "dynamic_update_slice",
     "concatenate", "pad", "reverse", "gather", "scatter", "sort", "top_k",
     "reduce_window", "select_and_scatter", "shard_slice", "shard_mask",
-    "shard_index",
+    "shard_index", "partition_id",
 )  # fmt: skip
 
 # A rule for every op of the vocabulary, with no default: an op added to the vocabulary without
 # a decision here fails tests/test_tables.py.
 TILE_RULES: dict[str, TileRule] = {
+    **LIBRARY_TILE_RULES,  # linear algebra and FFTs in blocks; host callbacks (`linalg`)
     **dict.fromkeys(ELEMENTWISE, elementwise_tile_rule),
     **dict.fromkeys(COLLECTIVES, collective_tile_rule),
     **dict.fromkeys(_WHOLE, whole_tensor_tile_rule),
     "halo_exchange": halo_tile_rule,
+    "collective_permute": permute_tile_rule,
+    "manual_computation": manual_tile_rule,
     "constant": constant_tile_rule,
     "reshape": reshape_tile_rule,
     "broadcast_in_dim": broadcast_tile_rule,

@@ -205,10 +205,12 @@ WHOLE_WORK: dict[str, WorkRule] = {
     "shard_slice": _last_dim,
     "shard_mask": _mask,
     "shard_index": _fill,
+    "partition_id": _fill,
     "all_reduce": _combine,
     "reduce_scatter": _combine,
     "all_gather": _received,
     "all_to_all": _received,
+    "collective_permute": _received,
 }
 
 
