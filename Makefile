@@ -32,7 +32,7 @@ fmt: venv
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-# ipujax against jax.jit (benchmarks/run.py, 5-7 minutes on 2 cores); writes benchmarks/RESULTS.md.
+# ipujax against jax.jit (benchmarks/run.py, about 10 minutes on 2 cores); writes benchmarks/RESULTS.md.
 # Arguments go through BENCH_ARGS, e.g. make bench BENCH_ARGS="--only run,compile --no-write".
 bench: venv
 	JAX_PLATFORMS=cpu $(PY) benchmarks/run.py $(BENCH_ARGS)

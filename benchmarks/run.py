@@ -23,6 +23,8 @@ sections, any subset of which `--only` picks:
   4 data-parallel Bow IPUs, a fresh function's first call against `jax.jit`'s, and GPT-3 175B
   at PopXL's batch (32 micro-batches summed by a scan) on a Pod256, `phases="auto"`, cost only,
   in a fresh child process: lower and compile seconds, peak host memory, phases and fits.
+* plan: `ipujax plan` as a user runs it, GPT-3 175B on a Pod256 and BERT-Large on a Pod16, a
+  fresh process each: wall seconds start to exit, the search's compiles and its best plan.
 * fidelity: every published figure of `ipujax/fidelity.py` against ipujax's cost report, their
   ratios; rewrites docs/fidelity.md too.
 
@@ -38,7 +40,8 @@ concept per module (they import each other by their plain names, benchmarks/ bei
 `setups.py` (what to measure: `FULL`, `QUICK`), `programs.py` (the GPT step, the matmul chain,
 Bow targets), `measuring.py` (timing, peak memory, child processes), `timing.py` (the run and
 compile sections), `spmd.py`, `gpt3.py`, `memory.py` and `loops.py` (a section each, with its
-child), `cnn.py`, `fidelity.py`, and `results.py` (tables, the machine's details, RESULTS.md).
+child), `cnn.py`, `plan.py`, `fidelity.py`, and `results.py` (tables, the machine's details,
+RESULTS.md).
 
     python benchmarks/run.py                                  # everything; writes RESULTS.md
     python benchmarks/run.py --only run,compile --repeats 3 --no-write
@@ -67,6 +70,7 @@ from gpt3 import child_cost, gpt3_section  # noqa: E402
 from loops import child_popxl, loops_section  # noqa: E402
 from measuring import log, warm_up_jax  # noqa: E402
 from memory import child_memory, memory_section  # noqa: E402
+from plan import plan_section  # noqa: E402
 from programs import gpt_step  # noqa: E402
 from results import (  # noqa: E402
     RESULTS,
@@ -82,7 +86,7 @@ from spmd import child_xla, spmd_section  # noqa: E402
 from spmd_compare import REPO  # noqa: E402
 from timing import compile_section, measure_mesh, run_section  # noqa: E402
 
-SECTIONS = ("run", "compile", "spmd", "gpt3", "memory", "cnn", "loops", "fidelity")
+SECTIONS = ("run", "compile", "spmd", "gpt3", "memory", "cnn", "loops", "plan", "fidelity")
 CHILDREN: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "xla": child_xla,
     "cost": child_cost,
@@ -112,13 +116,14 @@ def measure(
         "memory": lambda: memory_section(setup),
         "cnn": lambda: cnn_section(setup, repeats),
         "loops": lambda: loops_section(setup),
+        "plan": lambda: plan_section(setup),
         "fidelity": lambda: fidelity_section(setup),
     }
     sections = []
     for name in (n for n in SECTIONS if n in only):
         start = time.perf_counter()
         sections.append(builders[name]())
-        if name in ("spmd", "gpt3", "memory", "cnn", "loops", "fidelity"):
+        if name in ("spmd", "gpt3", "memory", "cnn", "loops", "plan", "fidelity"):
             timings[name] = time.perf_counter() - start
         print(f"\n## {sections[-1].title}\n\n{sections[-1].table}", flush=True)
         for note in sections[-1].notes:

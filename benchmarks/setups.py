@@ -51,6 +51,7 @@ class Setup:
     scan_ipus: int  # loops: the data-parallel mesh of both scans
     popxl_layers: int  # loops: GPT-3 at PopXL's batch, this deep (96 is the model)
     popxl_mesh: MeshSpec
+    plans: tuple[tuple[str, str], ...] = ()  # plan: (`ipujax plan` SPEC, --system) each
 
     @property
     def many(self) -> tuple[MeshSpec, ...]:
@@ -76,6 +77,10 @@ FULL = Setup(
     scan_ipus=4,
     popxl_layers=96,
     popxl_mesh=POD256,
+    plans=(
+        ("examples/gpt/workloads.py:gpt3_175b", "pod256"),
+        ("examples/bert/workloads.py:bert_large", "pod16"),
+    ),
 )
 QUICK = Setup(
     config={"vocab": 256, "seq": 16, "layers": 2, "d_model": 32, "heads": 4},
@@ -96,6 +101,7 @@ QUICK = Setup(
     scan_ipus=2,
     popxl_layers=2,  # the Pod256 all the same: 2 layers compile in seconds
     popxl_mesh=POD256,
+    plans=(("examples/gpt/workloads.py:tiny", "2"),),
 )
 
 

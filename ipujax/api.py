@@ -34,6 +34,7 @@ from ipujax.resident import check_against, checked_argnames, checked_argnums, re
 from ipujax.specs import input_specs, output_specs
 from ipujax.stages import Compiled, Lowered
 from ipujax.tracing import traced, typed
+from lowering import Graph
 from partitioner import (
     BUFFER_BYTES,
     ConfigError,
@@ -78,17 +79,26 @@ class Jitted:
         args, kwargs = call.args, call.kwargs
         if explicit(traced_under):
             args, kwargs, in_specs = typed(args, kwargs, in_specs, traced_under)
-        graph = traced(call.fun, args, kwargs, traced_under)
+        graph, micro = self._traced(call, args, kwargs, traced_under)
         out_specs = output_specs(options.out_shardings, graph.out_tree)
         pipeline = options.build.pipeline
         split_over = mesh if pipeline is None else without_axis(mesh, pipeline.axis)
         user_shardings(graph, split_over.shape, in_specs, out_specs)
-        micro = None if pipeline is None else micro_batch(call, pipeline, traced_under)
         donate = donated_leaves(call, options.donate_argnums)
         resident = resident_leaves(self._fun, call, options)
         build = dataclasses.replace(options.build, resident_inputs=resident)
         how = dataclasses.replace(options, build=build)
         return Lowered(graph, mesh, how, donate, in_specs, out_specs, micro)
+
+    def _traced(
+        self, call: Call, args: tuple, kwargs: dict, traced_under: AbstractMesh
+    ) -> tuple[Graph, tuple[Graph, tuple[int, ...]] | None]:
+        """The call's program (its arguments typed under Explicit axes) and, pipelined, its
+        micro-batch's with the flat inputs that carry the batch (`microbatch`)."""
+        graph = traced(call.fun, args, kwargs, traced_under)
+        pipeline = self._options.build.pipeline
+        micro = None if pipeline is None else micro_batch(call, pipeline, traced_under)
+        return graph, micro
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The results' shapes and dtypes, as `jax.eval_shape` gives them."""

@@ -35,6 +35,10 @@ class _Importer:
 
     def __init__(self, module: ir.Module) -> None:
         self._ids = itertools.count()
+        # Decoded locations and value types, by their uniqued MLIR attribute and type (which
+        # hash by identity in the context): a model's layers repeat both thousands of times.
+        self._locations: dict[tuple[Any, SourceLoc], SourceLoc] = {}
+        self._types: dict[Any, tuple[tuple[int, ...], Any]] = {}
         self._functions = {
             ir.StringAttr(op.attributes["sym_name"]).value: op
             for op in module.body.operations
@@ -51,12 +55,22 @@ class _Importer:
         return Graph(inputs=inputs, outputs=outputs, ops=tuple(ops), input_names=names)
 
     def _new_value(self, mlir_type: ir.Type, owner: Any) -> Value:
-        tensor = mlir_type if isinstance(mlir_type, ir.RankedTensorType) else None
-        dtype = numpy_dtype(tensor.element_type) if tensor is not None else None
-        if tensor is None or dtype is None:
-            loc = locations.decode(owner.location)
-            raise UnsupportedOpError(_mlir_name(owner), loc, f"values of type {mlir_type}")
-        return Value(next(self._ids), tuple(tensor.shape), dtype)
+        known = self._types.get(mlir_type)
+        if known is None:
+            tensor = mlir_type if isinstance(mlir_type, ir.RankedTensorType) else None
+            dtype = numpy_dtype(tensor.element_type) if tensor is not None else None
+            if tensor is None or dtype is None:
+                loc = locations.decode(owner.location)
+                raise UnsupportedOpError(_mlir_name(owner), loc, f"values of type {mlir_type}")
+            known = self._types[mlir_type] = (tuple(tensor.shape), dtype)
+        return Value(next(self._ids), *known)
+
+    def _decode(self, location: ir.Location, outer: SourceLoc) -> SourceLoc:
+        key = (location.attr, outer)
+        found = self._locations.get(key)
+        if found is None:
+            found = self._locations[key] = locations.decode(location, outer)
+        return found
 
     def _block(
         self, block: ir.Block, env: _MLIR, outer: SourceLoc
@@ -68,7 +82,7 @@ class _Importer:
             name = _mlir_name(mlir_op)
             if name in _TERMINATORS:
                 return ops, tuple(env[v] for v in mlir_op.operands)
-            loc = locations.decode(mlir_op.location, outer)
+            loc = self._decode(mlir_op.location, outer)
             if name == "func.call":
                 ops.extend(self._inline_call(mlir_op, env, loc))
             else:

@@ -20,6 +20,8 @@ per-IPU BSP program with its memory and its cost.
     memory         per-tile bytes by liveness, phase-aware; activations that fit stay on chip;
                    OutOfMemoryError if over
     streaming      per-phase loads, stores and gathers; streaming memory's capacity
+    combine in phases  (phased, many IPUs) the all-reduces of a phase that can run at one
+                   point charged as one ring (`phases.combine`)
     host           the step's inputs from and results to the host
     cost           the step's supersteps, collectives, phases and totals
 
@@ -42,6 +44,7 @@ from partitioner.memory.check import check_memory
 from partitioner.memory.liveness import value_uses
 from partitioner.memory.tiles import TileMemory, tile_memory
 from partitioner.mesh import Mesh
+from partitioner.phases.combine import combine_in_phases
 from partitioner.phases.loops import per_trip, rerolled
 from partitioner.phases.plan import PhasePlan, Phases
 from partitioner.phases.rts import Sharded, shard_phases, unsharded
@@ -275,11 +278,22 @@ def build(
             needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept, trips)
             check_capacity(needed, mesh.target)
         streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links, trips)
+        program = _combined_in_phases(program, plan, links, mesh, options)
     resident = options.resident_inputs
     io = host_io(local, resident, graph)
     host = step_transfers(io, program, mesh, target, plan is not None)
     cost = program_cost(program, plan, memory.phase_peaks, streams, target, host)
     return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept)
+
+
+def _combined_in_phases(
+    program: Program, plan: PhasePlan, links: LinkModel | None, mesh: Mesh, options: Options
+) -> Program:
+    """The phases' all-reduces that can run at one point charged as one ring."""
+    if links is None:
+        return program
+    combined = combine_in_phases(program, plan.bounds, links, options.collective_buffer_bytes)
+    return checked(combined, "combine in phases", mesh, options)
 
 
 def build_pipelined(

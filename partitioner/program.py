@@ -50,11 +50,17 @@ class Superstep:
 
 
 def collective_step(
-    base: Superstep, kind: str, axes: tuple[str, ...], group_size: int, ring: Ring, why: str
+    base: Superstep,
+    kind: str,
+    axes: tuple[str, ...],
+    group_size: int,
+    ring: Ring,
+    why: str,
+    buffer_bytes: int = 0,
 ) -> Superstep:
     """`base`, the collective's work on the chip, as the superstep of a `kind` collective over
-    `axes`: the ring's link cycles, a sync of its group alone (GSP), and its record for the
-    report. Every collective step is made here, whoever inserts it."""
+    `axes` of a `buffer_bytes` buffer: the ring's link cycles, a sync of its group alone (GSP),
+    and its record for the report. Every collective step is made here, whoever inserts it."""
     name = f"{kind}({','.join(axes)})"
     record = CollectiveCost(
         kind=kind,
@@ -65,6 +71,7 @@ def collective_step(
         op=name,
         source=base.source,
         why=why,
+        buffer_bytes=buffer_bytes,
     )
     return dataclasses.replace(
         base,

@@ -134,3 +134,24 @@ def skew_reference(
         return compiled, lambda *a: wrong(reference(*a))
 
     monkeypatch.setattr(train, "compile_step", skewed)
+
+
+def layered_step() -> Callable[..., Any]:
+    """An SGD step of an embedding, dense layers and a head, each under its own named scope
+    (`params = {"embed", "layers": [...], "head"}`, `x` the batch): the plan search's tests'
+    layered model."""
+
+    def step(params: dict[str, Any], x: Any) -> dict[str, Any]:
+        def loss(params: dict[str, Any]) -> Any:
+            with jax.named_scope("embed"):
+                h = x @ params["embed"]
+            for i, w in enumerate(params["layers"]):
+                with jax.named_scope(f"layer{i}"):
+                    h = h + jax.numpy.tanh(h @ w)
+            with jax.named_scope("head"):
+                return jax.numpy.mean((h @ params["head"]) ** 2)
+
+        grads = jax.grad(loss)(params)
+        return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
+
+    return step

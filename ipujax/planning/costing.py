@@ -5,7 +5,12 @@ inputs' bytes per IPU for the bounds, and its `Plan`.
 Repeated layers are priced once: a model with a `depth` is costed at `PROXY_LAYERS` layers and
 each figure extrapolated linearly to the full depth, since identical layers cost alike (GPT-3
 175B: 0.0938 s at 2 layers, 0.1657 s at 4, 3.47 s extrapolated to 96 against 3.46 s compiled
-whole). Pipelined plans, whose stages balance over the whole depth, are always costed whole.
+whole). Pipelined plans, whose stages balance over the whole depth, are always costed whole,
+but their memory bounds too come from the shallow copies: the model is made whole only for a
+plan that is costed (GPT-3 175B on a Pod256: 36 pipelined meshes, each 0.4 s to make whole,
+all ruled out by the bound).
+
+The variants of one mesh and depth (phases, recomputation) share one trace (`traces`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ipujax.planning.bounds import InputBytes, input_bytes
 from ipujax.planning.candidates import PIPELINE_AXIS, Candidate
 from ipujax.planning.models import Made, Model, samples_per_step
 from ipujax.planning.ranking import Plan
+from ipujax.planning.traces import Traces
 from partitioner import Mesh, Pipeline, Target, make_mesh
 
 PROXY_LAYERS = (2, 4)  # depths a layered workload is costed at, then extrapolated
@@ -49,6 +55,7 @@ class Costing:
     target: Target
     compiles: int = 0
     made: dict[tuple[Any, int | None], tuple[Mesh, Made]] = field(default_factory=dict)
+    traces: Traces | None = field(default_factory=Traces)  # None: each compile traces afresh
 
     def make(self, candidate: Candidate, layers: int | None) -> tuple[Mesh, Made]:
         """The candidate's mesh and the model made for it, once per depth: its bounds, its
@@ -86,10 +93,13 @@ class Costing:
         return pipeline
 
     def depths(self, candidate: Candidate) -> tuple[int | None, ...]:
+        """The depths the candidate is costed at (None: full)."""
+        return (None,) if candidate.pipelined else self.bound_depths()
+
+    def bound_depths(self) -> tuple[int | None, ...]:
+        """The depths a candidate's inputs are read at for its bounds (None: full)."""
         depth = self.model.depth
-        if depth is None or candidate.pipelined or depth <= PROXY_LAYERS[-1]:
-            return (None,)
-        return PROXY_LAYERS
+        return (None,) if depth is None or depth <= PROXY_LAYERS[-1] else PROXY_LAYERS
 
     def samples(self, args: tuple, kwargs: dict[str, Any]) -> int:
         return samples_per_step(args, kwargs, self.model.batch_argnums)
@@ -97,8 +107,17 @@ class Costing:
     def inputs(self, candidate: Candidate) -> InputBytes | Refused:
         """The candidate's inputs at full depth (extrapolated from the shallow copies when
         the model is layered, nothing traced), or why the mesh cannot be expressed."""
+        depths = self.bound_depths()
+        known = self._inputs(candidate, depths)
+        if isinstance(known, Refused) and candidate.pipelined and depths != (None,):
+            # A workload may refuse a pipeline fewer layers deep than its stages: whole, the
+            # mesh may be expressible.
+            return self._inputs(candidate, (None,))
+        return known
+
+    def _inputs(self, candidate: Candidate, depths: tuple[int | None, ...]) -> InputBytes | Refused:
         per_depth = []
-        for layers in self.depths(candidate):
+        for layers in depths:
             try:
                 _, args, kwargs = self.built(candidate, layers)
                 per_depth.append(input_bytes(args, kwargs, kwargs["mesh"]))
@@ -117,13 +136,18 @@ class Costing:
             try:
                 fun, args, kwargs = self.built(candidate, layers)
                 self.compiles += 1
-                lowered = jit(fun, **kwargs).lower(*args)
+                lowered = self._lower(fun, args, kwargs)
                 reports.append(lowered.compile(check_memory_fits=False).cost_report())
             except SKIP_ERRORS as error:
                 return Refused.by(error)
         full = functools.partial(self.built, candidate, None)
         samples = self.samples(args, kwargs)
         return _plan(candidate, reports, self.model.depth, samples, full, kwargs.get("pipeline"))
+
+    def _lower(self, fun: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+        if self.traces is None:
+            return jit(fun, **kwargs).lower(*args)
+        return self.traces.lower(fun, args, kwargs)
 
 
 def _line(at_l1: float, at_l2: float, l1: int, l2: int, depth: int) -> float:

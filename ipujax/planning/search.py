@@ -15,6 +15,9 @@ The search does not cost every plan. In order:
 - **Repeated layers priced once** (`costing`): a layered model is costed shallow and
   extrapolated; the best plans are then compiled whole (`confirm`), and their figures replace
   the estimates.
+- **Traced once** (`traces`): the variants of a mesh share its trace, and a pipeline is traced
+  at its micro-batch alone; `reuse=False` lowers each compile through `ipujax.jit` instead (the
+  same ranking, slower: a check on the reuse).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from ipujax.planning.candidates import (
 from ipujax.planning.costing import SKIP_ERRORS, Costing, Refused
 from ipujax.planning.models import Model, step_model
 from ipujax.planning.ranking import Plan, Plans, Skipped, rank
+from ipujax.planning.traces import Traces
 from partitioner import Mesh, Target
 
 
@@ -204,13 +208,18 @@ def search(
     layouts: Sequence[tuple[str, ...]] = LAYOUTS,
     confirm: int = 2,
     progress: Callable[[str], None] | None = None,
+    reuse: bool = True,
 ) -> Plans:
-    """Every plan of `model` on `system` (see the module docstring), ranked."""
+    """Every plan of `model` on `system` (see the module docstring), ranked. `reuse=False`
+    traces every compile afresh through `ipujax.jit` (the same ranking, slower)."""
     ipus = system_ipus(system)
     target = target or Target.bow()
-    state = _Search(Costing(model, target), progress=progress)
+    traces = Traces() if reuse else None
+    state = _Search(Costing(model, target, traces=traces), progress=progress)
     state.run([Candidate(axes) for axes in meshes(ipus, layouts)])
     state.confirm(confirm)
+    if traces is not None:
+        traces.clear()  # the plans keep their builders, not the search's traces
     return Plans(
         system=system,
         ipus=ipus,

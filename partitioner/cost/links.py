@@ -49,6 +49,7 @@ class CollectiveCost:
     op: str = ""
     source: str = ""
     why: str = ""
+    buffer_bytes: int = 0  # what the ring reduces or gathers (`collective_buffer`), when known
 
 
 class Ring(NamedTuple):

@@ -65,28 +65,34 @@ def tile_memory(
     kept: frozenset[Value] = frozenset(),
     ways: Mapping[Value, int] | None = None,
     uses: Uses | None = None,
+    stored: tuple[Storage, ...] | None = None,
 ) -> TileMemory:
     """Per-tile memory by a sweep over tasks: each storage is added when its span starts and
     removed after it ends; each task's temporaries count during that task only. `uses` is
-    `value_uses(program, phases)` when the caller has it."""
+    `value_uses(program, phases)` when the caller has it, `stored` the `storages` (the same
+    arguments) too: a re-plan of matmuls changes neither."""
     tiles = target.tiles_per_ipu
-    found = storages(program, phases, kept, ways, uses)
+    found = stored if stored is not None else storages(program, phases, kept, ways, uses)
     always = _always_live(found, tiles)
     code = code_memory(program, target)
     extra = always + code.total
     sweep = _live_by_task(program, found, tiles)
     extra_here = sweep.segment_max(extra)
+    sweep.narrow(headroom=int(np.abs(extra).max(initial=0)))
     peak = np.zeros(sweep.segments, np.int64)
     peak_task = np.zeros(sweep.segments, np.int64)
     fullest: list[np.ndarray] = []  # per task, its fullest tile's bytes
     for first, live in sweep.blocks():
-        # The first task of the highest: the peak's task, as a task-by-task sweep finds it.
-        top, at = live.max(axis=0), live.argmax(axis=0)
-        higher = top > peak
-        peak = np.where(higher, top, peak)
-        peak_task = np.where(higher, first + at, peak_task)
+        # The first task of the highest: the peak's task, as a task-by-task sweep finds it
+        # (an argmax down the columns only of the segments that rise: it is a slow one).
+        top = live.max(axis=0)
+        higher = np.flatnonzero(top > peak)
+        if len(higher):
+            peak[higher] = top[higher]
+            peak_task[higher] = first + (live[:, higher] == top[higher]).argmax(axis=0)
         if phases is not None:
-            fullest.append((live + extra_here).max(axis=1))
+            live += extra_here  # in place: the block is ours
+            fullest.append(live.max(axis=1))
     return TileMemory(
         always_live=always,
         not_always_live=sweep.per_tile(peak),
@@ -106,11 +112,13 @@ def _phase_peaks(fullest: list[np.ndarray], phases: PhaseBounds | None) -> tuple
 
 def _always_live(found: tuple[Storage, ...], tiles: int) -> np.ndarray:
     """Bytes per tile of the storages live throughout (constants; unphased, the inputs)."""
-    always = np.zeros(tiles, np.int64)
-    for s in found:
-        if s.always_live:
-            always[s.layout.start : s.layout.stop] += s.bytes_per_tile
-    return always
+    # A difference array over tiles, summed once, rather than a slice add per storage.
+    spans = [(s.layout.start, s.layout.stop, s.bytes_per_tile) for s in found if s.always_live]
+    start, stop, size = np.array(spans, np.int64).reshape(-1, 3).T
+    changes = np.zeros(tiles + 1, np.int64)
+    np.add.at(changes, np.clip(start, 0, tiles), size)
+    np.add.at(changes, np.clip(stop, 0, tiles), -size)
+    return np.cumsum(changes[:tiles])
 
 
 def _live_by_task(program: Program, found: tuple[Storage, ...], tiles: int) -> _Sweep:
@@ -139,6 +147,15 @@ class _Sweep:
         self.segments = len(self.bounds) - 1
         self._storage = self._in_segments(storage)
         self._temporary = self._in_segments(temporary)
+        self.dtype: type = np.int64
+
+    def narrow(self, headroom: int = 0) -> None:
+        """Blocks in 32-bit integers when no sum can leave their range: every figure a block
+        holds, its differences and live bytes, is a sum of some of the events' bytes, plus
+        `headroom` (bytes the caller adds to it in place). Half the memory traffic of the
+        sweep, the compile's largest array work; exact, or left at 64 bits."""
+        bound = headroom + sum(int(np.abs(e[2]).sum()) for e in (self._storage, self._temporary))
+        self.dtype = np.int32 if bound < np.iinfo(np.int32).max else np.int64
 
     def _in_segments(self, events: _Events) -> _Events:
         rows, cols, amounts = events
@@ -146,23 +163,28 @@ class _Sweep:
         return rows, np.searchsorted(self.bounds, np.clip(cols, 0, tiles)), amounts
 
     def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
-        """(first task, [tasks, segments] live bytes) for consecutive blocks of tasks."""
-        carry = np.zeros(self.segments + 1, np.int64)  # live bytes' segment differences so far
+        """(first task, [tasks, segments] live bytes) for consecutive blocks of tasks; each
+        block a new array, the caller's to change."""
+        # The live bytes' segment differences so far.
+        carry: np.ndarray = np.zeros(self.segments + 1, self.dtype)
         for first in range(0, self.count, self._BLOCK):
             stop = min(self.count, first + self._BLOCK)
-            block = self._differences(self._storage, first, stop)
+            block: np.ndarray = np.zeros((stop - first, self.segments + 1), self.dtype)
+            self._add_differences(block, self._storage, first, stop)
             block[0] += carry
-            np.cumsum(block, axis=0, out=block)
+            np.cumsum(block, axis=0, dtype=self.dtype, out=block)
             carry = block[-1].copy()
-            block += self._differences(self._temporary, first, stop)
-            yield first, np.cumsum(block[:, : self.segments], axis=1)
+            # The few temporaries straight into the block, and the sums over segments in
+            # place: no second block (GPT-3: 83,000 tasks by 1,344 segments, five sweeps).
+            self._add_differences(block, self._temporary, first, stop)
+            np.cumsum(block, axis=1, dtype=self.dtype, out=block)
+            yield first, block[:, : self.segments]
 
-    def _differences(self, events: _Events, first: int, stop: int) -> np.ndarray:
+    @staticmethod
+    def _add_differences(block: np.ndarray, events: _Events, first: int, stop: int) -> None:
         rows, cols, amounts = events
         lo, hi = np.searchsorted(rows, [first, stop])
-        block = np.zeros((stop - first, self.segments + 1), np.int64)
         np.add.at(block, (rows[lo:hi] - first, cols[lo:hi]), amounts[lo:hi])
-        return block
 
     def per_tile(self, values: np.ndarray) -> np.ndarray:
         """Per-segment values (the last axis) spread over the segment's tiles."""

@@ -300,14 +300,16 @@ class _Recost:
             "replicated tensor sharding: reductions over the replicas' shards finish "
             f"before {task.op.name}; over {ring.route}"
         )
-        return collective_step(base, "all_reduce", self.axes, self.replicas, ring, why)
+        return collective_step(base, "all_reduce", self.axes, self.replicas, ring, why, nbytes)
 
     def _reduce_scatter(self, task: Task) -> Superstep:
         """A gradient's AllReduce over the replicas as a ReduceScatter: each replica keeps the
         shard it updates."""
         (step,) = task.supersteps
         assert step.collective is not None
-        ring = self.links.ring("reduce_scatter", self.axes, task.op.operands[0].nbytes)
+        buffer = task.op.operands[0].nbytes
+        ring = self.links.ring("reduce_scatter", self.axes, buffer)
         why = f"{step.collective.why}; replicated tensor sharding keeps each replica's shard"
         group = step.collective.group_size
-        return collective_step(self._less(step), "reduce_scatter", self.axes, group, ring, why)
+        less = self._less(step)
+        return collective_step(less, "reduce_scatter", self.axes, group, ring, why, buffer)

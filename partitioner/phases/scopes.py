@@ -25,6 +25,7 @@ be given as scopes' are.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 from collections.abc import Iterable, Sequence
@@ -49,18 +50,19 @@ FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 # ---- scopes ------------------------------------------------------------------------------------
 
 
-def _words(scope: str) -> list[str]:
+@functools.lru_cache(maxsize=1 << 16)
+def _words(scope: str) -> tuple[str, ...]:
     """The user's scope names in a name-stack path, transformation wrappers opened
-    (`jit(step)/transpose(jvp(layer0))/dot_general` -> ["layer0"]); jit roots and the primitive
+    (`jit(step)/transpose(jvp(layer0))/dot_general` -> ("layer0",)); jit roots and the primitive
     (the last element) are not scopes, nor the specs `jnp.einsum` names its ops by
-    (`btd,dhck->bthck`)."""
+    (`btd,dhck->bthck`). Cached: tasks share a few thousand paths (GPT-3: 250,000 asks)."""
     parts = scope.split("/")[1:-1]
-    words = []
+    words: list[str] = []
     for part in parts:
         if part.startswith(("jit(", "pjit(")):
             continue
         words += [w for w in re.split(r"[()]", part) if w and w not in _JAX_NAMES and "->" not in w]
-    return words
+    return tuple(words)
 
 
 def direction(scope: str) -> str:
@@ -74,8 +76,27 @@ def scope_blocks(program: Program) -> list[str]:
     named = _named(program)
     if named and _assign(program, block_labels(program, named), contiguous=False)[0] is not None:
         return named
+    return _structure_blocks(program, named)
+
+
+def _structure_blocks(program: Program, named: list[str]) -> list[str]:
     found = dict.fromkeys(label for label in structure_labels(program) if label is not None)
     return list(found) or named
+
+
+def split_by_scope_blocks(program: Program) -> tuple[Program, PhasePlan] | None:
+    """`split_by_names(program, scope_blocks(program))`, None when there are no blocks: the
+    named scopes' labels and phases, found once for both (GPT-3: a second per pass)."""
+    named = _named(program)
+    if named:
+        labels = block_labels(program, named)
+        phase_of, keys = _assign(program, labels, contiguous=False)
+        if phase_of is not None and any(labels):
+            return _reordered(program, phase_of, [_title(k, keys) for k in keys])
+        if phase_of is not None:
+            return split_by_names(program, named)  # raises, as split_by_names would
+    blocks = _structure_blocks(program, named)
+    return split_by_names(program, blocks) if blocks else None
 
 
 def _named(program: Program) -> list[str]:

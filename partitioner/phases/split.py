@@ -18,12 +18,12 @@ from __future__ import annotations
 import dataclasses
 
 from partitioner.errors import ConfigError
-from partitioner.memory.liveness import PhaseBounds, value_uses
+from partitioner.memory.liveness import PhaseBounds, storages, value_uses
 from partitioner.memory.tiles import tile_memory
 from partitioner.phases.cuts import broadcast_views, cut_phases, touched_bytes
 from partitioner.phases.loops import fissionable, inline_loops, located
 from partitioner.phases.plan import PhasePlan, Phases
-from partitioner.phases.scopes import scope_blocks, split_by_names
+from partitioner.phases.scopes import split_by_names, split_by_scope_blocks
 from partitioner.program import Program
 from partitioner.target import Target
 from partitioner.tiles.rules.matmul import shrunk_by
@@ -34,9 +34,9 @@ AUTO_SHARE = 0.25  # of an IPU's memory: the bytes a phase touches, when cutting
 def split_auto(program: Program, target: Target) -> tuple[Program, PhasePlan]:
     """The program's named scopes as blocks, a phase per block and direction; phases that do
     not fit the tile memory, or a program without scopes, cut where the fewest bytes cross."""
-    blocks = scope_blocks(program)
-    if blocks:
-        program, plan = split_by_names(program, blocks)
+    by_scopes = split_by_scope_blocks(program)
+    if by_scopes is not None:
+        program, plan = by_scopes
     else:
         plan = PhasePlan(("phase 0",), PhaseBounds([(0, len(program.tasks))]))
         budget = AUTO_SHARE * target.bytes_per_ipu
@@ -54,10 +54,12 @@ def _fitted(
     # A phase's matmuls are re-planned again while that keeps shrinking its excess.
     shrunk: dict[int, int] = {}
     views = broadcast_views(program)
-    # Re-planning keeps every task's op, so the values' uses hold until phases are cut.
+    # Re-planning keeps every task's op, inputs and result layouts, so the values' uses and
+    # storages hold until phases are cut.
     uses = value_uses(program, plan.bounds)
+    stored = storages(program, plan.bounds, uses=uses)
     for _ in range(rounds):
-        peaks = tile_memory(program, target, plan.bounds, uses=uses).phase_peaks
+        peaks = tile_memory(program, target, plan.bounds, uses=uses, stored=stored).phase_peaks
         over = {
             p: peak - target.bytes_per_tile
             for p, peak in enumerate(peaks)
@@ -79,6 +81,7 @@ def _fitted(
             break
         plan = cut_phases(program, plan, budgets, target)
         uses = value_uses(program, plan.bounds)
+        stored = storages(program, plan.bounds, uses=uses)
         shrunk = {}
     return program, plan
 

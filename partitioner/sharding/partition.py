@@ -25,6 +25,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,14 +73,8 @@ def _max_id(graph: Graph) -> int:
     ids = [v.id for v in graph.inputs]
     for op in walk(graph):
         ids.extend(v.id for v in op.results)
-    for op in walk(graph):
-        for region in op.regions:
-            ids.extend(v.id for v in region.inputs)
+        ids.extend(v.id for region in op.regions for v in region.inputs)
     return max(ids, default=0)
-
-
-def _split(local: Value, whole: Value, dim: int) -> bool:
-    return local.shape[dim] != whole.shape[dim]
 
 
 def _axes_of(factors: Factors, axes: tuple[Axes, ...], operand: int, dim: int) -> Axes:
@@ -341,9 +336,8 @@ class _Partitioner:
         ]
         operands = self.mask_reductions(op, factors, axes, operands)
         attrs = _localized_attrs(op, local_shapes, operands)
-        probe = Op(op.name, tuple(operands), (), attrs, op.regions, op.loc)
-        got = [tuple(a.shape) for a in infer_types(probe)]
-        if got != [tuple(s) for s in local_shapes]:
+        inferred = infer_types(Op(op.name, tuple(operands), (), attrs, op.regions, op.loc))
+        if [tuple(a.shape) for a in inferred] != [tuple(s) for s in local_shapes]:
             del self.b.ops[mark:]
             return False
         summed = tuple(a for f in sorted(factors.reduction) for a in axes[f])
@@ -353,8 +347,9 @@ class _Partitioner:
                 return False
             # Every IPU adds its updates into the operand: only the first of the group keeps it.
             operands[0] = self.b.mask(operands[0], 0, summed, operands[0].shape[0], op.loc, "sum")
+            inferred = ()  # an operand changed: its types are inferred anew
         partial = pending + summed
-        made = self.emit_local(op, factors, axes, operands, attrs, results)
+        made = self.emit_local(op, factors, axes, operands, attrs, results, inferred)
         kind = reduction_kind(op) if op.name == "reduce" else None
         if partial and kind in ("max", "min"):  # no pending max: finish it now
             why = f"{op.name} ({kind}) at {op.loc} over a split dimension"
@@ -398,19 +393,27 @@ class _Partitioner:
         operands: list[Value],
         attrs: dict,
         results: list[Sharding],
+        types: Sequence[Any] = (),
     ) -> tuple[Value, ...]:
         """The op on this IPU's blocks; iotas and table lookups split along the dim they count
-        or index need their IPU's offset."""
+        or index need their IPU's offset. `types`: its result types, when already inferred."""
         if op.name == "iota":
             counting = op.attrs["dimension"]
             if results[0].dims[counting]:
                 return (self.b.split_iota(op, attrs, results[0].dims[counting]),)
         if op.name in ("gather", "scatter"):
             looked_up = lookup_dim(op)
-            if looked_up is not None and _split(operands[0], op.operands[0], looked_up):
+            if (
+                looked_up is not None
+                and operands[0].shape[looked_up] != op.operands[0].shape[looked_up]
+            ):
                 split_axes = _axes_of(factors, axes, 0, looked_up)
                 return self.b.split_lookup(op, operands, attrs, looked_up, split_axes)
-        return self.b.emit(op.name, operands, attrs, op.loc, op.regions)
+        if not types:  # else as `Builder.emit` makes it, without inferring the types again
+            return self.b.emit(op.name, operands, attrs, op.loc, op.regions)
+        made = tuple(self.b.value(t.shape, t.dtype) for t in types)
+        self.b.ops.append(Op(op.name, tuple(operands), made, attrs, op.regions, op.loc))
+        return made
 
     def mask_reductions(
         self, op: Op, factors: Factors, axes: tuple[Axes, ...], operands: list[Value]

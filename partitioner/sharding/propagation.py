@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from lowering import Graph, Op, Value
-from partitioner.sharding.factor_rules import FACTOR_RULES, Factors, project
+from partitioner.sharding.factor_rules import FACTOR_RULES, Factors
 from partitioner.sharding.specs import Axes, Sharding
 
 _MAX_SWEEPS = 8
@@ -54,12 +54,12 @@ def _candidates(
         sharding = known.get(value)
         if sharding is None:
             continue
-        split = sharding.dims
         origin = 0 if value in fixed else 1
-        for dim, factor in enumerate(dims):
-            if factor is not None and split[dim]:
-                rank = (origin, 1 if factor in reduction else 0, -value.size, factor)
-                found.append((rank, factor, split[dim]))
+        size = -value.size
+        for factor, axes in zip(dims, sharding.dims, strict=False):
+            if factor is not None and axes:
+                rank = (origin, 1 if factor in reduction else 0, size, factor)
+                found.append((rank, factor, axes))
     found.sort(key=itemgetter(0))
     return found
 
@@ -69,7 +69,9 @@ def decide_factors(
 ) -> tuple[Axes, ...]:
     chosen: list[Axes] = [()] * len(factors.sizes)
     candidates = _candidates(op, factors, known, fixed)
-    if not candidates:
+    if len(candidates) < 2:  # nothing to conflict with (most ops of a layer)
+        for _, factor, axes in candidates:
+            chosen[factor] = axes
         return tuple(chosen)
     # An axis may split only one dim of a tensor (a partial sum counts as a use of its axes),
     # so axes are checked per tensor: the operands of a barrier are independent of each other.
@@ -141,49 +143,63 @@ def _moved_bytes(
 
 @dataclass
 class _State:
-    """Propagation's working state. `clock` counts changes; an op is visited again only if one
-    of its tensors changed since its last visit (otherwise the visit would change nothing, as
-    deciding and refining are deterministic and idempotent), which keeps large programs fast."""
+    """Propagation's working state. An op is visited again only if one of its tensors changed
+    since its last visit (otherwise the visit would change nothing, as deciding and refining
+    are deterministic and idempotent), which keeps large programs fast: `stale` holds the ops
+    not visited yet and those a change touched since (the changing op's own visit included),
+    `touching` each value's ops."""
 
     known: dict[Value, Sharding]
     origins: dict[Value, str]
     fixed: set[Value]
     factors: dict[Op, Factors]
-    changed_at: dict[Value, int] = field(default_factory=dict)
-    visited_at: dict[Op, int] = field(default_factory=dict)
+    touching: dict[Value, list[Op]] = field(default_factory=dict)
+    stale: set[Op] = field(default_factory=set)
     decided: dict[Op, tuple[Axes, ...]] = field(default_factory=dict)  # at the last visit
-    clock: int = 0
 
-    def stale(self, op: Op) -> bool:
-        last = self.visited_at.get(op, -1)
-        if last < 0:
-            return True
-        return any(self.changed_at.get(v, -1) >= last for v in (*op.operands, *op.results))
+    @classmethod
+    def start(
+        cls,
+        ops: list[Op],
+        known: dict[Value, Sharding],
+        origins: dict[Value, str],
+        fixed: set[Value],
+        factors: dict[Op, Factors],
+    ) -> _State:
+        touching: dict[Value, list[Op]] = {}
+        for op in ops:
+            for value in (*op.operands, *op.results):
+                touching.setdefault(value, []).append(op)
+        return cls(known, origins, fixed, factors, touching, set(ops))
 
 
 def _sweep(ops: list[Op], state: _State) -> bool:
     changed = False
-    known, fixed = state.known, state.fixed
+    known, fixed, stale = state.known, state.fixed, state.stale
     for op in ops:
-        if not state.stale(op):
+        if op not in stale:
             continue
-        state.clock += 1
-        state.visited_at[op] = state.clock
+        stale.discard(op)
         factors = state.factors[op]
         axes = decide_factors(op, factors, known, fixed)
         state.decided[op] = axes
-        tensors = list(zip(op.operands, factors.operands, strict=True))
-        tensors += list(zip(op.results, factors.results, strict=True))
-        for value, dims in tensors:
-            if value in fixed or not any(f is not None and axes[f] for f in dims):
+        if not any(axes):
+            continue  # no factor split: nothing to propose
+        for value, dims in (
+            *zip(op.operands, factors.operands, strict=True),
+            *zip(op.results, factors.results, strict=True),
+        ):
+            if value in fixed:
                 continue
-            proposed = project(dims, axes)
-            refined = _refine(known.get(value), proposed)
+            split = tuple(() if f is None else axes[f] for f in dims)  # `project`'s dims
+            if not any(split):
+                continue
+            refined = _refine(known.get(value), Sharding(split))
             if refined is None:
                 continue
             known[value] = refined
             state.origins[value] = f"propagated through {op.name} ({factors.rule}) at {op.loc}"
-            state.changed_at[value] = state.clock
+            stale.update(state.touching[value])
             changed = True
     return changed
 
@@ -193,6 +209,8 @@ def _refine(current: Sharding | None, proposed: Sharding) -> Sharding | None:
     axes are not used elsewhere in the tensor (Shardy's open dimensions). None: no change."""
     if current is None:
         return proposed
+    if current == proposed:
+        return None
     used = current.axes
     dims = list(current.dims)
     for d, (have, want) in enumerate(zip(current.dims, proposed.dims, strict=True)):
@@ -225,7 +243,7 @@ def propagate_shardings(
             _seed_manual(op, known, origins, fixed)
     ops, ties = _with_loop_bodies(graph)
     rules = {op: ties.get(op) or FACTOR_RULES[op.name](op) for op in ops}
-    state = _State(known, origins, fixed, rules)
+    state = _State.start(ops, known, origins, fixed, rules)
     for _ in range(_MAX_SWEEPS):
         forward = _sweep(ops, state)
         backward = _sweep(ops[::-1], state)
@@ -239,7 +257,7 @@ def propagate_shardings(
     # nothing reached are replicated now, which offers no axes); the others decide again.
     op_factors = {
         op: state.decided[op]
-        if not state.stale(op)
+        if op not in state.stale
         else decide_factors(op, state.factors[op], known, fixed)
         for op in ops
         if op not in ties

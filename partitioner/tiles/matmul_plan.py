@@ -207,20 +207,57 @@ def tile_cycles(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> 
     return TileCycles(rearrange, amp, accumulate, reduce, cast, swap, vertex)
 
 
-def _evaluate(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> MatmulPlan:
+def _block_bytes(p: _Problem, split: tuple[int, ...]) -> tuple[int, int]:
+    """(bytes a tile's operand blocks take, its partials' bytes)."""
     b, m, n, k = split
     bb, mb, nb, kb = _ceil(p.batch, b), _ceil(p.rows, m), _ceil(p.cols, n), _ceil(p.depth, k)
     in_bytes = (p.lhs_elements(split) + bb * kb * nb) * p.in_itemsize
-    partial_bytes = bb * mb * nb * p.partial_dtype.itemsize
-    spread = _spread(split, p.cols)
-    cycles = tile_cycles(p, split, serial, t)
-    total = exchange_cycles(t, in_bytes) + t.sync_cycles + sum(cycles[:5])
+    return in_bytes, bb * mb * nb * p.partial_dtype.itemsize
+
+
+def _temp(in_bytes: int, partial_bytes: int, serial: int, k: int) -> int:
+    """A tile's temporaries: one serial chunk of its operand blocks, and its partials (twice
+    for a K split, whose reduction receives them)."""
+    return in_bytes // serial + partial_bytes * (2 if k > 1 else 1)
+
+
+def _moves(p: _Problem, split: tuple[int, ...], in_bytes: int, partial_bytes: int, t: Target):
+    """The split's exchanges and syncs: its operand blocks in, a rearrangement's sync, and for
+    a K split the partials each tile receives to reduce."""
+    k = split[3]
+    total = exchange_cycles(t, in_bytes) + t.sync_cycles
     if any(p.rearrange):
         total += t.sync_cycles
     if k > 1:  # each tile receives the k partials of its share of an output block
+        spread = _spread(split, p.cols)
         total += exchange_cycles(t, k * _ceil(partial_bytes, spread)) + t.sync_cycles
-    temp = in_bytes // serial + partial_bytes * (2 if k > 1 else 1)
+    return total
+
+
+def _evaluate(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> MatmulPlan:
+    b, m, n, k = split
+    in_bytes, partial_bytes = _block_bytes(p, split)
+    cycles = tile_cycles(p, split, serial, t)
+    total = _moves(p, split, in_bytes, partial_bytes, t) + sum(cycles[:5])
+    temp = _temp(in_bytes, partial_bytes, serial, k)
+    spread = _spread(split, p.cols)
     return MatmulPlan(b, m, n, k, serial, total, temp, spread, cycles.swap, cycles.vertex)
+
+
+def _floor(p: _Problem, split: tuple[int, ...], t: Target) -> int:
+    """At most the cycles `_evaluate` charges the split with any serial count: its exchanges
+    and syncs as charged, and its products at the AMP's peak rate (every vertex's estimate is
+    at least that, a property tests/partitioner/test_matmul_plan_search.py checks); what else
+    a tile does costs no less than nothing."""
+    b, m, n, k = split
+    in_bytes, partial_bytes = _block_bytes(p, split)
+    products = _ceil(p.batch, b) * _ceil(p.rows, m) * _ceil(p.cols, n) * _ceil(p.depth, k)
+    compute = 0
+    if p.partial_dtype.kind in "fV":
+        half = p.in_itemsize == 2
+        per_cycle = t.amp_flops_per_cycle_half if half else t.amp_flops_per_cycle_float
+        compute = products * 2 // per_cycle
+    return _moves(p, split, in_bytes, partial_bytes, t) + compute
 
 
 def problem(
@@ -269,30 +306,65 @@ def _plan(problem: _Problem, target: Target, budget: int | None = None) -> Matmu
     """The fastest split whose temporaries fit `budget` bytes per tile (by default the
     Target's `matmul_memory_budget`); if none fits, the smallest."""
     budget = target.matmul_memory_budget if budget is None else budget
-    ranked, smallest = _ranked(problem, target)
-    best = next((plan for plan in ranked if plan.temp_bytes_per_tile <= budget), None)
+    space = _space(problem, target)
+    best = space.fastest(budget)
     if best is None:
-        return smallest
+        return space.smallest()
     return _stretched(problem, best, target, budget)
 
 
+class _Space:
+    """Every split of a problem with each serial count, in the order they are tried, each
+    with its temporaries and a floor under its cycles (both cheap), evaluated only when a
+    search needs it and then kept: fitting phases re-plans one problem under many budgets."""
+
+    def __init__(self, problem: _Problem, target: Target) -> None:
+        tiles = target.tiles_per_ipu
+        sizes = (problem.batch, problem.rows, problem.cols, problem.depth)
+        self.problem, self.target = problem, target
+        self.tried: list[tuple[tuple[int, ...], int]] = []
+        self.temps: list[int] = []
+        self.floors: list[int] = []
+        for split in itertools.product(*(_candidates(s, tiles) for s in sizes)):
+            if math.prod(split) > tiles:
+                continue
+            in_bytes, partial_bytes = _block_bytes(problem, split)
+            floor = _floor(problem, split, target)  # the same for every serial count
+            for serial in _serial_candidates(_ceil(problem.depth, split[3])):
+                self.tried.append((split, serial))
+                self.temps.append(_temp(in_bytes, partial_bytes, serial, split[3]))
+                self.floors.append(floor)
+        self.by_floor = sorted(range(len(self.tried)), key=self.floors.__getitem__)
+        self.plans: dict[int, MatmulPlan] = {}
+
+    def plan(self, index: int) -> MatmulPlan:
+        if index not in self.plans:
+            self.plans[index] = _evaluate(self.problem, *self.tried[index], self.target)
+        return self.plans[index]
+
+    def fastest(self, budget: int) -> MatmulPlan | None:
+        """The fitting split of fewest cycles, then fewest tiles, then tried first (what a
+        full sort of every split would give): splits are evaluated in order of their floors
+        until the next floor is above the best found."""
+        best: tuple[int, int, int] | None = None
+        for index in self.by_floor:
+            if self.temps[index] > budget:
+                continue
+            if best is not None and self.floors[index] > best[0]:
+                break
+            plan = self.plan(index)
+            key = (plan.cycles, plan.tiles, index)
+            best = key if best is None or key < best else best
+        return None if best is None else self.plans[best[2]]
+
+    def smallest(self) -> MatmulPlan:
+        """The split of the smallest temporaries (the all-ones split is always one)."""
+        return self.plan(min(range(len(self.tried)), key=self.temps.__getitem__))
+
+
 @functools.lru_cache(maxsize=1024)
-def _ranked(problem: _Problem, target: Target) -> tuple[tuple[MatmulPlan, ...], MatmulPlan]:
-    """Every split of the problem with each serial count, fastest first (then fewest tiles,
-    then the order they are tried in), and the one with the smallest temporaries: what any
-    budget chooses from, evaluated once (fitting phases re-plans under many budgets)."""
-    tiles = target.tiles_per_ipu
-    sizes = (problem.batch, problem.rows, problem.cols, problem.depth)
-    plans = [
-        _evaluate(problem, split, serial, target)
-        for split in itertools.product(*(_candidates(s, tiles) for s in sizes))
-        if math.prod(split) <= tiles
-        for serial in _serial_candidates(_ceil(problem.depth, split[3]))
-    ]
-    # The all-ones split is always a candidate; min and sorted keep the first of equals.
-    smallest = min(plans, key=lambda plan: plan.temp_bytes_per_tile)
-    ranked = sorted(plans, key=lambda plan: (plan.cycles, plan.tiles))
-    return tuple(ranked), smallest
+def _space(problem: _Problem, target: Target) -> _Space:
+    return _Space(problem, target)
 
 
 def _stretched(problem: _Problem, plan: MatmulPlan, target: Target, budget: int) -> MatmulPlan:

@@ -60,9 +60,11 @@ def test_goals_are_judged(sections: dict[str, Section]) -> None:
     goals = [g for s in sections.values() for g in s.goals]
     # run and compile one per mesh, the outputs' agreement, two for the cost-only compile, one
     # per memory program, one for the CNN step's run time, two scans' first calls and two for
-    # GPT-3 at PopXL's batch (loops), one for the fidelity band
+    # GPT-3 at PopXL's batch (loops), one for the fidelity band, one per plan search
     meshes = len(QUICK.meshes)
-    assert len(goals) == 2 * meshes + 1 + 2 + len(QUICK.memory_programs) + 1 + 2 + 2 + 1
+    plans = len(QUICK.plans)
+    assert len(goals) == 2 * meshes + 1 + 2 + len(QUICK.memory_programs) + 1 + 2 + 2 + 1 + plans
+    assert any(what.startswith("ipujax plan") for what, _ in goals)
     assert any(what.startswith("CNN run time ratio") for what, _ in goals)
     assert sum(what.startswith("scan first call ratio") for what, _ in goals) == 2
     assert all(isinstance(met, bool) for _, met in goals)

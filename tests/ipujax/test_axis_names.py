@@ -103,11 +103,17 @@ def test_replica_axes_override_the_derivation(tiny_gpt: Any) -> None:
     assert given.replica_axes == ("data",) and none.replica_axes == ()
     assert given.cost_report() == derived.cost_report()
     # Over the replica axis the gradients are reduce-scattered and the optimizer updates
-    # shards; without replicas they are all-reduced and every update is whole: more cycles.
+    # shards; without replicas they are all-reduced and every update is whole: more compute.
+    # (Not necessarily more cycles: a tiny model's all-reduces, combined within their phases,
+    # can cost less than its reduce-scatters, one ring each.)
     scattered = [c for c in derived.cost_report().collectives if c.kind == "reduce_scatter"]
     assert scattered and all(c.axes == ("data",) for c in scattered)
     assert not [c for c in none.cost_report().collectives if c.kind == "reduce_scatter"]
-    assert none.cost_report().total_cycles > derived.cost_report().total_cycles
+    compute = {
+        name: report.time_split()["compute"]
+        for name, report in (("none", none.cost_report()), ("derived", derived.cost_report()))
+    }
+    assert compute["none"] > compute["derived"]
 
 
 def test_an_unknown_replica_axis_is_a_config_error(tiny_gpt: Any) -> None:

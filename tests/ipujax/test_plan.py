@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_trees_close, spec
+from helpers import assert_trees_close, layered_step, spec
 from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
@@ -317,18 +317,7 @@ def _layered(mesh: Any = None, layers: int = 8) -> tuple:
     """An embedding, `layers` identical dense layers and a head, each under its own named
     scope; shapes only, the batch over dp."""
 
-    def step(params: dict[str, Any], x: Any) -> dict[str, Any]:
-        def loss(params: dict[str, Any]) -> Any:
-            with jax.named_scope("embed"):
-                h = x @ params["embed"]
-            for i, w in enumerate(params["layers"]):
-                with jax.named_scope(f"layer{i}"):
-                    h = h + jnp.tanh(h @ w)
-            with jax.named_scope("head"):
-                return jnp.mean((h @ params["head"]) ** 2)
-
-        grads = jax.grad(loss)(params)
-        return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
+    step = layered_step()
 
     params = {
         "embed": spec((8, D)),

@@ -22,10 +22,11 @@ def collective_tile_rule(
     if ctx.links is None:
         raise ValueError(f"{op.name} needs a mesh of IPUs to run on")
     axes = tuple(op.attrs["axes"])
-    ring = ctx.links.ring(op.name, axes, collective_buffer(op))
+    buffer = collective_buffer(op)
+    ring = ctx.links.ring(op.name, axes, buffer)
     (on_chip,) = task.supersteps
     why = f"{op.attrs.get('why', '')}; over {ring.route}"
-    step = collective_step(on_chip, op.name, axes, ctx.links.group(axes), ring, why)
+    step = collective_step(on_chip, op.name, axes, ctx.links.group(axes), ring, why, buffer)
     return dataclasses.replace(task, supersteps=(step,))
 
 
