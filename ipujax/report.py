@@ -38,10 +38,11 @@ from partitioner import (
 )
 
 SCHEMA = "ipujax.cost_report"
-VERSION = 5  # 2: phases record their loads, stores and kept bytes; host bytes. 3: memory by
+VERSION = 6  # 2: phases record their loads, stores and kept bytes; host bytes. 3: memory by
 # PopVision category, per IPU and on each of the fullest tiles. 4: pipeline stages and cycles.
-# 5: caveats, the assumptions a figure rests on (a loop's trips, the unroll limit)
-READABLE = (1, 2, 3, 4, 5)  # older reports read with the fields they lack at their defaults
+# 5: caveats, the assumptions a figure rests on (a loop's trips, the unroll limit). 6: numerics,
+# device iterations and host latency; collectives' buffer bytes; derived time range and bounds
+READABLE = (1, 2, 3, 4, 5, 6)  # older reports read with the fields they lack at their defaults
 
 
 _R = TypeVar("_R")  # a record: SuperstepCost, CollectiveCost, TileUsage

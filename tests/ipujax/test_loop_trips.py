@@ -183,7 +183,7 @@ def test_caveats_round_trip_through_json(full_size) -> None:
         back = ipujax.CostReport.from_json(report.to_json())
         assert back == report and back.caveats == report.caveats
     data = json.loads(full_size["after"].to_json())
-    assert data["version"] == 5 and data["caveats"] == list(full_size["after"].caveats)
+    assert data["version"] == 6 and data["caveats"] == list(full_size["after"].caveats)
     data["version"] = 4
     del data["caveats"]
     assert ipujax.CostReport.from_json(json.dumps(data)).caveats == ()

@@ -87,7 +87,7 @@ def test_same_program_compiles_to_the_same_json() -> None:
 def test_json_header(report: ipujax.CostReport) -> None:
     data = _data(report)
     assert data["schema"] == "ipujax.cost_report"
-    assert data["version"] == 5
+    assert data["version"] == 6
     assert data["tile_memory"] == report.tile_memory.tolist()
     assert len(data["supersteps"]) == len(report.supersteps)
 
@@ -167,7 +167,7 @@ def test_bad_memory_categories(report: ipujax.CostReport, bad: object) -> None:
         ipujax.CostReport.from_json(json.dumps(data))
 
 
-@pytest.mark.parametrize("version", [6, 0, "1", "2", None])
+@pytest.mark.parametrize("version", [7, 0, "1", "2", None])
 def test_wrong_version(report: ipujax.CostReport, version: object) -> None:
     data = _data(report)
     data["version"] = version
