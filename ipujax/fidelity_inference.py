@@ -18,36 +18,23 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 
 from ipujax.api import jit
 from ipujax.errors import HostBoundWarning
+from ipujax.fidelity_memory import Measured, PublishedFigure
 from ipujax.fidelity_systems import example
 from ipujax.report import CostReport
 from partitioner import Target, make_mesh
 
-Measured = tuple[float, str]
 C600_FP16_FLOPS = 280e12  # the C600's fp16 peak, from its datasheet
 C600_CLOCK_HZ = C600_FP16_FLOPS / (1472 * 128)  # 1.486 GHz: tiles x AMP FLOP a cycle
 _POPRT = (
     "graphcore/PopRT examples/resnet50/README.md (commit 8b4b270), 'If use dummy data and IPU "
     "synthetic is enabled': FP16 ResNet 50"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class InferenceFigure:
-    """A published inference measurement: the fields `ipujax.fidelity.Figure` takes."""
-
-    name: str
-    published: float
-    unit: str
-    source: str
-    measure: Callable[[], Measured]
-    what: str
 
 
 def c600() -> Target:
@@ -96,7 +83,7 @@ def resnet50_inference_figure(batch: int) -> Callable[[], Measured]:
 
 
 INFERENCE_FIGURES = tuple(
-    InferenceFigure(
+    PublishedFigure(
         f"ResNet-50 inference throughput, fp16, batch {batch}, one IPU (C600, synthetic data)",
         published,
         "images/s",

@@ -43,8 +43,9 @@ _IPU_MODEL = "an MK2 IPU Model of 1,472 tiles without compiled IPU code"
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryFigure:
-    """A published memory measurement: the fields `ipujax.fidelity.Figure` takes."""
+class PublishedFigure:
+    """A published measurement the table compares (memory here, inference throughput in
+    `fidelity_inference`): the fields `ipujax.fidelity.Figure` takes, bar its kind."""
 
     name: str
     published: float
@@ -192,8 +193,8 @@ def _serialized_fullest_tile() -> Measured:
     return report.peak_tile_bytes, f"tile {tile.tile}: {_split(tile.categories)}"
 
 
-MEMORY_FIGURES: tuple[MemoryFigure, ...] = (
-    MemoryFigure(
+MEMORY_FIGURES: tuple[PublishedFigure, ...] = (
+    PublishedFigure(
         "Keras Dense 4,096 -> 1,024, fp32, batch 16, MK2: memory excluding gaps",
         32.8 * 1024**2,
         "bytes",
@@ -201,7 +202,7 @@ MEMORY_FIGURES: tuple[MemoryFigure, ...] = (
         _dense_total,
         "the seven memory categories over all tiles",
     ),
-    MemoryFigure(
+    PublishedFigure(
         "Keras Dense 4,096 -> 1,024, fp32, batch 16, MK2: vertex code",
         3.4 * 1024**2,
         "bytes",
@@ -209,7 +210,7 @@ MEMORY_FIGURES: tuple[MemoryFigure, ...] = (
         _dense_vertex_code,
         "vertex code over all tiles",
     ),
-    MemoryFigure(
+    PublishedFigure(
         "TF MLP 50,176 -> 32 -> 64 -> 64, fp16, batch 2, inference, MK2: memory excluding gaps",
         12181182,
         "bytes",
@@ -217,7 +218,7 @@ MEMORY_FIGURES: tuple[MemoryFigure, ...] = (
         _mlp(train=False),
         "the seven memory categories over all tiles",
     ),
-    MemoryFigure(
+    PublishedFigure(
         "TF MLP 50,176 -> 32 -> 64 -> 64, fp16, batch 2, SGD step, MK2: memory excluding gaps",
         16126623,
         "bytes",
@@ -225,7 +226,7 @@ MEMORY_FIGURES: tuple[MemoryFigure, ...] = (
         _mlp(train=True),
         "the seven memory categories over all tiles",
     ),
-    MemoryFigure(
+    PublishedFigure(
         "TF ResNet stem + two 64-channel units, fp16, 224 x 224, inference, MK2: memory "
         "excluding gaps",
         25260426,
@@ -234,7 +235,7 @@ MEMORY_FIGURES: tuple[MemoryFigure, ...] = (
         _resnet(train=False),
         "the seven memory categories over all tiles",
     ),
-    MemoryFigure(
+    PublishedFigure(
         "TF ResNet stem + two 64-channel units, fp16, 224 x 224, SGD step, MK2: memory "
         "excluding gaps",
         39743117,
@@ -243,7 +244,7 @@ MEMORY_FIGURES: tuple[MemoryFigure, ...] = (
         _resnet(train=True),
         "the seven memory categories over all tiles",
     ),
-    MemoryFigure(
+    PublishedFigure(
         "TF serialized matmul [30,522, 128] x [128, 768] in 6 slices, plus [30,522, 768], fp16, "
         "MK2: fullest tile",
         86813,

@@ -16,6 +16,7 @@ stay as they are. All-reduces in a loop laid out inline (charged per trip) are l
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -101,31 +102,43 @@ def _groups(reduces: Sequence[_Reduce], buffer_bytes: int) -> list[list[_Reduce]
     """In program order, each joins the first group of its key that the bytes fit, none of
     whose members it waits for, and that waits (through other groups) for no group it waits
     for: so no two groups wait for each other and each group can run at one point of a
-    schedule, as XLA's combiner checks reachability. Else it opens a group."""
+    schedule, as XLA's combiner checks reachability. Else it opens a group. Bits and groups
+    are a phase's own: no group spans phases."""
     groups: list[list[_Reduce]] = []
+    for _, members in itertools.groupby(reduces, key=lambda r: r.key[0]):
+        groups += _phase_groups(list(members), buffer_bytes)
+    return groups
+
+
+def _phase_groups(reduces: Sequence[_Reduce], buffer_bytes: int) -> list[list[_Reduce]]:
+    groups: list[list[_Reduce]] = []
+    by_key: dict[tuple, list[int]] = {}  # each key's groups, in the order they opened
     group_of: dict[int, int] = {}  # an all-reduce's bit -> its group
     masks: list[int] = []  # each group's members' bits
+    filled: list[int] = []  # each group's bytes
     needs: list[set[int]] = []  # the groups each group waits for
     for reduce in reduces:
         waited = {group_of[b] for b in _bits(reduce.waits) if b in group_of}
-        chosen = None
-        for g, group in enumerate(groups):
-            fits = sum(r.buffer for r in group) + reduce.buffer <= buffer_bytes
-            if (
-                group[0].key == reduce.key
-                and fits
+        chosen = next(
+            (
+                g
+                for g in by_key.get(reduce.key, ())
+                if filled[g] + reduce.buffer <= buffer_bytes
                 and not reduce.waits & masks[g]
                 and not _reaches(needs, waited, g)
-            ):
-                chosen = g
-                break
+            ),
+            None,
+        )
         if chosen is None:
             chosen = len(groups)
             groups.append([])
             masks.append(0)
+            filled.append(0)
             needs.append(set())
+            by_key.setdefault(reduce.key, []).append(chosen)
         groups[chosen].append(reduce)
         masks[chosen] |= reduce.bit
+        filled[chosen] += reduce.buffer
         needs[chosen] |= waited - {chosen}
         group_of[reduce.bit] = chosen
     return groups

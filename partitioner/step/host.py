@@ -122,8 +122,11 @@ def sent_arguments(
     leaves: every argument the step does not return updated, less the `resident` inputs.
     `whole` is the program before partitioning, when `graph` is one IPU's: an update is known
     by its global type, whatever sharding the step leaves it in."""
+    return _sent(graph, resident, _kept(whole or graph)[0])
+
+
+def _sent(graph: Graph, resident: Sequence[int], kept: set[int]) -> list[list[int]]:
     arguments, on_chip = _units(graph.in_tree, graph.inputs, top=True), frozenset(resident)
-    kept = _kept(whole or graph)[0]
     index = {v: i for i, v in enumerate(graph.inputs)}
     out = []
     for a, (_, leaves) in enumerate(arguments):
@@ -147,8 +150,9 @@ def host_io(graph: Graph, resident: Sequence[int] = (), whole: Graph | None = No
     """What one IPU of `graph` (a per-IPU program, `whole` before partitioning) exchanges with
     the host per step; the `resident` inputs (flat indices) live on the IPUs between steps and
     are not sent."""
-    sent = tuple(graph.inputs[i] for flat in sent_arguments(graph, resident, whole) for i in flat)
-    returned = tuple(graph.outputs[i] for i in _kept(whole or graph)[1])
+    kept, results = _kept(whole or graph)
+    sent = tuple(graph.inputs[i] for flat in _sent(graph, resident, kept) for i in flat)
+    returned = tuple(graph.outputs[i] for i in results)
     received = sum(v.nbytes for v in sent)
     return HostIO(received, sum(v.nbytes for v in returned), sent, returned)
 

@@ -244,13 +244,14 @@ def _evaluate(p: _Problem, split: tuple[int, ...], serial: int, t: Target) -> Ma
     return MatmulPlan(b, m, n, k, serial, total, temp, spread, cycles.swap, cycles.vertex)
 
 
-def _floor(p: _Problem, split: tuple[int, ...], t: Target) -> int:
+def _floor(
+    p: _Problem, split: tuple[int, ...], t: Target, in_bytes: int, partial_bytes: int
+) -> int:
     """At most the cycles `_evaluate` charges the split with any serial count: its exchanges
     and syncs as charged, and its products at the AMP's peak rate (every vertex's estimate is
     at least that, a property tests/partitioner/test_matmul_plan_search.py checks); what else
-    a tile does costs no less than nothing."""
+    a tile does costs no less than nothing. `in_bytes` and `partial_bytes`: `_block_bytes`."""
     b, m, n, k = split
-    in_bytes, partial_bytes = _block_bytes(p, split)
     products = _ceil(p.batch, b) * _ceil(p.rows, m) * _ceil(p.cols, n) * _ceil(p.depth, k)
     compute = 0
     if p.partial_dtype.kind in "fV":
@@ -329,7 +330,8 @@ class _Space:
             if math.prod(split) > tiles:
                 continue
             in_bytes, partial_bytes = _block_bytes(problem, split)
-            floor = _floor(problem, split, target)  # the same for every serial count
+            # the same for every serial count
+            floor = _floor(problem, split, target, in_bytes, partial_bytes)
             for serial in _serial_candidates(_ceil(problem.depth, split[3])):
                 self.tried.append((split, serial))
                 self.temps.append(_temp(in_bytes, partial_bytes, serial, split[3]))

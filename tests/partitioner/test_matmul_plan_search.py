@@ -11,6 +11,7 @@ from hypothesis import given, settings
 
 from partitioner.target import Target
 from partitioner.tiles.matmul_plan import (
+    _block_bytes,
     _evaluate,
     _floor,
     _Space,
@@ -69,4 +70,5 @@ def test_the_bounded_search_chooses_what_evaluating_every_split_chooses(
     assert space.smallest() == smallest
     # and the floors are floors
     for index, plan in space.plans.items():
-        assert _floor(p, space.tried[index][0], target) <= plan.cycles
+        split = space.tried[index][0]
+        assert _floor(p, split, target, *_block_bytes(p, split)) <= plan.cycles
