@@ -419,8 +419,9 @@ _FOOTER = """
   on the IPU for MLPerf", January 2022): its configuration differs from the example's.
 - The Bow ResNet-50 rows across Pod sizes: Graphcore's throughput per IPU falls 14% from a
   Pod16 to a Pod64 and 37% to a Pod256; ipujax's falls 15% and 16%. One micro-batch's step
-  (about 8.9 ms for 20 images with elementwise chains fused, reductions where their operands
-  lie and later micro-batches' images fetched during the one before) is still above the
+  (about 8.7 ms for 20 images with elementwise chains fused, reshapes read through and
+  reductions' epilogues joined, reductions where their operands lie and later micro-batches'
+  images fetched during the one before) is still above the
   about 7 ms that fitting step = micro-batches x micro-batch + AllReduce to the three
   published figures implies; its convolutions' exchange (about 2 ms) is most of the rest. The
   Pod256 reads high because its gradients' AllReduce runs level by level across the Pod64s

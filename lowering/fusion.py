@@ -10,12 +10,17 @@ values never change, and `partitioner.tiles` costs it as one superstep.
 
 What fuses: an elementwise op joins the fusion of an operand's producer when that operand has
 the op's shape, is an elementwise result read by nothing else (not by a later op, a region, or
-the graph's outputs), so the intermediate is never stored. Several producers' fusions merge
-into one (a tree of ops). A reduction of one tensor takes the chain that makes it the same way,
+the graph's outputs), so the intermediate is never stored; it reads through a reshape of
+such a result (or a broadcast that only adds dimensions of one: the same elements in the same
+order, a bitcast in XLA), which then joins too. Several producers' fusions merge into one (a
+tree of ops). A reduction of one tensor takes the chain that makes it the same way,
 as its prologue (popops reduces halves into float partials without a cast, and a square into
-a sum as one `SQUARE_ADD`), and ends its fusion. A fusion sits where its last member (its
-root) sat: its members' operands all exist by then. The pass runs on each graph of a
-program, loop bodies and branches included; fusions of one op are left as the op.
+a sum as one `SQUARE_ADD`). After the reduction only an epilogue joins, what popops' reduce
+does to its output as it writes it (`ReduceParams`' scale, and the output's own type): a
+scale by a scalar (a mean's division) and a cast, each of the reduction's result alone. A
+fusion sits where its last member (its root) sat: its members' operands all exist by then.
+The pass runs on each graph of a program, loop bodies and branches included; fusions of one
+op are left as the op.
 """
 
 from __future__ import annotations
@@ -101,38 +106,143 @@ def _groups(
     ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple]
 ) -> dict[int, list[int]]:
     """Each fusion's root (an op index) with its members' indices, in program order."""
-    uses: Counter[Value] = Counter(outputs)
-    for op in ops:
-        uses.update(set(op_reads(op)))  # x * x reads x once
-    made = {v: i for i, op in enumerate(ops) for v in op.results}
-    root_of: dict[int, int] = {}  # a fusible op's index -> its fusion's root so far
-    groups: dict[int, list[int]] = {}
+    grouping = _Grouping(ops, outputs, key)
     for index, op in enumerate(ops):
+        grouping.add(index, op)
+    return grouping.groups
+
+
+class _Grouping:
+    """The fusions made so far, as `_groups` walks the ops in program order."""
+
+    def __init__(self, ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple]):
+        self.ops, self.key = ops, key
+        self.uses: Counter[Value] = Counter(outputs)
+        for op in ops:
+            self.uses.update(set(op_reads(op)))  # x * x reads x once
+        self.made = {v: i for i, op in enumerate(ops) for v in op.results}
+        self.root_of: dict[int, int] = {}  # a member's index -> its fusion's root so far
+        self.groups: dict[int, list[int]] = {}
+        self.reduced: set[int] = set()  # the roots of fusions that hold a reduction
+
+    def add(self, index: int, op: Op) -> None:
+        """`op` joined to the fusions it can join, or the root of a fusion of its own."""
         reduces = _reduces_one(op)
         if not fusible(op) and not reduces:
-            continue
+            return
+        tail = _epilogue_of(op, self.ops, self.made, self.uses, self.reduced, self.key)
+        if tail is not None:  # the reduction's fusion ends with it
+            self.reduced.discard(tail)
+            self._make(index, [*self.groups.pop(tail), index])
+            self.reduced.add(index)
+            return
         group = [index]
         # a reduction takes the chain that makes its operand as its prologue
-        values = op.operands[:1] if reduces else dict.fromkeys(op.operands)
-        for value in values:
-            producer = made.get(value)
-            joins = (
-                producer in root_of
-                and fusible(ops[producer])  # not a fusion's reduction: it ends its fusion
-                and uses[value] == 1
-                and key(ops[producer]) == key(op)
-                and value.shape == (op.operands[0] if reduces else op.results[0]).shape
-            )
-            if joins:
-                assert producer is not None
-                old = root_of[producer]
-                if old in groups and old != index:
-                    group += groups.pop(old)
-        group.sort()
+        for value in op.operands[:1] if reduces else dict.fromkeys(op.operands):
+            group += self._joined(value, op, index, reduces)
+        if reduces:
+            self.reduced.add(index)
+        self._make(index, sorted(group))
+
+    def _joined(self, value: Value, op: Op, index: int, reduces: bool) -> list[int]:
+        """The members `op` takes in with its operand `value`: the fusion that makes it,
+        directly or through a view (which then joins too); none when it cannot join."""
+        ops, made = self.ops, self.made
+        view = None if reduces else _through_view(value, op, ops, made, self.uses, self.key)
+        if view is not None:
+            taken = self._take(made[ops[view].operands[0]], index)
+            return [view, *taken] if taken else []
+        producer = made.get(value)
+        joins = (
+            producer is not None
+            and fusible(ops[producer])  # not a reduction: after one, an epilogue only
+            and self.uses[value] == 1
+            and self.key(ops[producer]) == self.key(op)
+            and value.shape == (op.operands[0] if reduces else op.results[0]).shape
+        )
+        return self._take(producer, index) if joins and producer is not None else []
+
+    def _take(self, member: int, index: int) -> list[int]:
+        """The whole fusion that holds `member`, unless it holds a reduction or is taken."""
+        old = self.root_of.get(member)
+        if old is None or old in self.reduced or old not in self.groups or old == index:
+            return []
+        return self.groups.pop(old)
+
+    def _make(self, index: int, group: list[int]) -> None:
         for i in group:
-            root_of[i] = index
-        groups[index] = group
-    return groups
+            self.root_of[i] = index
+        self.groups[index] = group
+
+
+def _view(op: Op) -> bool:
+    """A reshape, or a broadcast that only adds dimensions of one: the same elements in the same
+    order (a bitcast in XLA), which a map expression reads through as it reads its operand."""
+    if op.name == "reshape":
+        return True
+    return op.name == "broadcast_in_dim" and op.results[0].size == op.operands[0].size
+
+
+def _through_view(
+    value: Value,
+    reader: Op,
+    ops: list[Op],
+    made: dict[Value, int],
+    uses: Counter[Value],
+    key: Callable[[Op], tuple],
+) -> int | None:
+    """The view that makes `value` from an elementwise result, when the view and that result's
+    chain can join `reader` (nothing else reads either): the view's index, else None."""
+    view = made.get(value)
+    if view is None or uses[value] != 1 or not _view(ops[view]):
+        return None
+    source = ops[view].operands[0]
+    producer = made.get(source)
+    if producer is None or uses[source] != 1 or not fusible(ops[producer]):
+        return None
+    if not key(ops[producer]) == key(ops[view]) == key(reader):
+        return None
+    return view
+
+
+_EPILOGUE = {"convert": 0, "divide": 0, "multiply": None}  # op -> where the result is read
+
+
+def _epilogue_of(
+    op: Op,
+    ops: list[Op],
+    made: dict[Value, int],
+    uses: Counter[Value],
+    reduced: set[int],
+    key: Callable[[Op], tuple],
+) -> int | None:
+    """The root of the reduction's fusion `op` ends, as the epilogue popops' reduce applies to
+    its output: `op` a cast, or a scale by a scalar (a broadcast of one), of the fusion's
+    result, which nothing else reads; else None."""
+    if op.name not in _EPILOGUE or len(op.results) != 1:
+        return None
+    for at, value in enumerate(op.operands):
+        producer = made.get(value)
+        if producer is None or producer not in reduced or uses[value] != 1:
+            continue
+        others = [v for i, v in enumerate(op.operands) if i != at]
+        fits = (
+            _EPILOGUE[op.name] in (None, at)
+            and key(ops[producer]) == key(op)
+            and value.shape == op.results[0].shape
+            and all(_scalar(v, ops, made) for v in others)
+        )
+        return producer if fits else None
+    return None
+
+
+def _scalar(value: Value, ops: list[Op], made: dict[Value, int]) -> bool:
+    """A scalar, or a broadcast of one: a vertex's scalar parameter."""
+    if value.size == 1:
+        return True
+    producer = made.get(value)
+    source = ops[producer] if producer is not None else None
+    return source is not None and source.name == "broadcast_in_dim" and source.operands[0].size == 1
 
 
 def _reduces_one(op: Op) -> bool:

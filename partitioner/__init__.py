@@ -29,13 +29,14 @@ from partitioner.mesh import (
     default_mesh,
     make_mesh,
 )
-from partitioner.passes import Built, Options, build
+from partitioner.passes import Built, Options, PeakFloor, build, pipeline_peak_floor
 from partitioner.phases.streaming import PhaseCost, io_tile_bytes
 from partitioner.pipelines.pipeline import Pipeline, without_axis
 from partitioner.pipelines.schedule import PipelineCost, StageCost, bubble_fraction
 from partitioner.pipelines.schedule import slots as pipeline_slots
 from partitioner.printer import format_program
 from partitioner.program import Program, Superstep, Task
+from partitioner.reuse import reusing
 from partitioner.sharding.combine import BUFFER_BYTES
 from partitioner.sharding.explain import explain
 from partitioner.sharding.factor_rules import FACTOR_RULES, reduction_kind
@@ -74,6 +75,7 @@ __all__ = [
     "Options",
     "OutOfMemoryError",
     "Partitioned",
+    "PeakFloor",
     "PhaseCost",
     "Pipeline",
     "PipelineCost",
@@ -102,8 +104,10 @@ __all__ = [
     "limited_loops",
     "make_mesh",
     "open_loops",
+    "pipeline_peak_floor",
     "pipeline_slots",
     "reduction_kind",
+    "reusing",
     "ring_bytes",
     "sent_arguments",
     "unfissioned_loops",

@@ -26,12 +26,16 @@ per-IPU BSP program with its memory and its cost.
     cost           the step's supersteps, collectives, phases and totals
 
 Each pass is a pure function of what the earlier ones made. `ipujax` calls `build`, then builds
-the runtime and the report from what it returns.
+the runtime and the report from what it returns. A pipelined build's passes up to its stage
+split are `staged_program`'s, which a `reuse.reusing` block (the plan search's) keeps for the
+builds that differ only after it (stashing or recomputing), and which bound its memory from
+below before the rest runs (`pipeline_peak_floor`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
@@ -60,10 +64,11 @@ from partitioner.pipelines.microbatch import per_microbatch
 from partitioner.pipelines.pipeline import Pipeline, pipeline_stages, without_axis
 from partitioner.pipelines.schedule import PipelineCost, schedule_pipeline
 from partitioner.pipelines.stage_costs import stage_costs
-from partitioner.pipelines.stage_memory import fit_stages, stage_memory
-from partitioner.pipelines.stages import split_stages
+from partitioner.pipelines.stage_fit import PeakFloor, fitted_stages, stash_floor
+from partitioner.pipelines.stages import StageSplit, split_stages
 from partitioner.pipelines.step_cost import pipelined_step_cost
 from partitioner.program import Program
+from partitioner.reuse import kept
 from partitioner.sharding.combine import BUFFER_BYTES, combine_all_reduces
 from partitioner.sharding.manual import inline_on_one_ipu
 from partitioner.sharding.partition import Partitioned, partition
@@ -296,17 +301,54 @@ def _combined_in_phases(
     return checked(combined, "combine in phases", mesh, options)
 
 
-def build_pipelined(
+@dataclass(frozen=True, eq=False)
+class StagedProgram:
+    """What a pipelined build makes before the pipeline's micro-batch count, recomputation
+    and off-chip optimizer state matter: the micro-batch's program partitioned over the mesh
+    without the pipeline axis, scheduled, and split into stages."""
+
+    partitioned: Partitioned | None
+    local: Graph
+    program: Program
+    replica_axes: tuple[str, ...]
+    split: StageSplit
+
+
+def staged_program(
     graph: Graph,
     mesh: Mesh,
     in_specs: Sequence[PartitionSpec | None],
     out_specs: Sequence[PartitionSpec | None],
     options: Options,
-) -> Built:
-    """A micro-batch's program partitioned over the mesh without the pipeline axis (collectives
-    costed where their axes lie on the whole mesh), scheduled, split into stages
-    (`pipelining`), each stage's memory checked on its IPU, and the pipeline's cycles
-    (`cost.pipelined`)."""
+) -> StagedProgram:
+    """A micro-batch's program partitioned over the mesh without the pipeline axis
+    (collectives costed where their axes lie on the whole mesh), scheduled and split into
+    stages; inside `reuse.reusing`, made once for every build that differs only in what the
+    passes after the split read (`_after_split`)."""
+    key = ("staged", id(graph), mesh, tuple(in_specs), tuple(out_specs), _after_split(options))
+    return kept(key, (graph,), lambda: _staged(graph, mesh, in_specs, out_specs, options))
+
+
+def _after_split(options: Options) -> Hashable:
+    """`options` with what only the passes after the stage split read set to one value: the
+    memory check, and the pipeline's micro-batches, recomputation, off-chip state and batch
+    arguments (the program is one micro-batch's; `options.batch_inputs` says which inputs
+    carry the batch)."""
+    pipe = options.pipeline
+    assert pipe is not None
+    alike = dataclasses.replace(
+        pipe, microbatches=1, recompute=False, batch_argnums=None, optimizer_state_offchip=False
+    )
+    return dataclasses.replace(options, check_memory=True, pipeline=alike)
+
+
+def _staged(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+    options: Options,
+) -> StagedProgram:
     pipe = options.pipeline
     assert pipe is not None
     count = pipeline_stages(pipe, mesh)
@@ -315,14 +357,43 @@ def build_pipelined(
     # on different IPUs.
     partitioned, local = per_ipu(unroll_loops(graph), rest, in_specs, out_specs, 0, options)
     links = LinkModel.place(mesh.shape, mesh.target, mesh.system) if mesh.ipus > 1 else None
-    target = mesh.target
-    program = checked(schedule(local, target, links), "schedule", mesh, options)
+    program = checked(schedule(local, mesh.target, links), "schedule", mesh, options)
     axes = replica_axes_of(partitioned, rest, options.replica_axes)
     split = split_stages(program, pipe, count, per_microbatch(local, options.batch_inputs))
-    program = checked(fit_stages(program, split, pipe, target), "fit stages", mesh, options)
-    stages, memories = zip(
-        *(stage_memory(program, split, s, pipe, target) for s in range(count)), strict=True
-    )
+    return StagedProgram(partitioned, local, program, axes, split)
+
+
+def pipeline_peak_floor(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+    options: Options,
+) -> PeakFloor:
+    """A floor under the fullest tile `build` reports for a pipelined step, from its staged
+    program alone (which a `reuse.reusing` block keeps for the build): the most any stage
+    stashes on one tile (`stage_fit.stash_floor`)."""
+    pipe = options.pipeline
+    assert pipe is not None
+    staged = staged_program(graph, mesh, in_specs, out_specs, options)
+    return stash_floor(staged.program, staged.split, pipe, mesh.target)
+
+
+def build_pipelined(
+    graph: Graph,
+    mesh: Mesh,
+    in_specs: Sequence[PartitionSpec | None],
+    out_specs: Sequence[PartitionSpec | None],
+    options: Options,
+) -> Built:
+    """The micro-batch's staged program (`staged_program`), each stage's memory checked on its
+    IPU (matmuls re-planned where a stage is over), and the pipeline's cycles."""
+    pipe = options.pipeline
+    assert pipe is not None
+    staged = staged_program(graph, mesh, in_specs, out_specs, options)
+    count, split, local, target = staged.split.stages, staged.split, staged.local, mesh.target
+    program, stages, memories = fitted_stages(staged.program, split, pipe, target)
+    program = checked(program, "fit stages", mesh, options)
     for s, (stage, memory) in enumerate(zip(stages, memories, strict=True)):
         checked_memory(memory, f"stage {s} memory", options)
         if options.check_memory:
@@ -336,12 +407,12 @@ def build_pipelined(
     return Built(
         mesh,
         local,
-        partitioned,
+        staged.partitioned,
         target,
         program,
         None,
         memories[fullest],
-        axes,
+        staged.replica_axes,
         (),
         cost,
         pipeline=schedule_,

@@ -178,7 +178,7 @@ PARTITIONER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("phases",),
     ("step",),
     ("pipelines",),
-    ("printer", "verify"),
+    ("printer", "verify", "reuse"),
     ("passes",),
 )
 

@@ -10,7 +10,9 @@ but their memory bounds too come from the shallow copies: the model is made whol
 plan that is costed (GPT-3 175B on a Pod256: 36 pipelined meshes, each 0.4 s to make whole,
 all ruled out by the bound).
 
-The variants of one mesh and depth (phases, recomputation) share one trace (`traces`).
+The variants of one mesh and depth (phases, recomputation) share one trace (`traces`); a
+pipelined candidate's `peak_floor` is read from its staged program, which its build reuses
+inside the search's `partitioner.reusing` block.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from ipujax.planning.bounds import InputBytes, input_bytes
 from ipujax.planning.candidates import PIPELINE_AXIS, Candidate
 from ipujax.planning.models import Made, Model, samples_per_step
 from ipujax.planning.ranking import Plan
-from ipujax.planning.traces import Traces
-from partitioner import Mesh, Pipeline, Target, make_mesh
+from ipujax.planning.traces import Traces, pipelined_build
+from partitioner import Mesh, PeakFloor, Pipeline, Target, make_mesh, pipeline_peak_floor
 
 PROXY_LAYERS = (2, 4)  # depths a layered workload is costed at, then extrapolated
 # How a rule (or its specs, as jax's) refuses a mesh it cannot shard: the candidate is skipped.
@@ -143,6 +145,17 @@ class Costing:
         full = functools.partial(self.built, candidate, None)
         samples = self.samples(args, kwargs)
         return _plan(candidate, reports, self.model.depth, samples, full, kwargs.get("pipeline"))
+
+    def peak_floor(self, candidate: Candidate) -> PeakFloor | Refused:
+        """A floor under a pipelined candidate's fullest tile, read from its program scheduled
+        and split into stages before the stages' memory is swept (in the search's
+        `partitioner.reusing` block, its build reuses that program), or why it could not be
+        built: the same words its compile would give, from the same passes."""
+        try:
+            fun, args, kwargs = self.built(candidate, None)
+            return pipeline_peak_floor(*pipelined_build(self._lower(fun, args, kwargs)))
+        except SKIP_ERRORS as error:
+            return Refused.by(error)
 
     def _lower(self, fun: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
         if self.traces is None:

@@ -8,6 +8,10 @@ The search does not cost every plan. In order:
 - **Dominance.** Phases only add streaming and recomputation only adds compute, so a phased plan
   is costed only for a mesh whose plain plan does not fit, and a pipeline that recomputes only
   when the one that stashes does not fit.
+- **A pipeline's stash, before its stages' memory is swept.** A pipeline is partitioned,
+  scheduled and split into stages first (`partitioner.pipeline_peak_floor`): when a stage's
+  stash for its micro-batches in flight is over a tile's memory by itself, the fullest tile its
+  build would report is too, and it is skipped (`stash_bound=False` builds it anyway).
 - **A cost lower bound.** A phased plan streams every input byte of an IPU in at least once a
   step: its samples per second are at most samples / (bytes per IPU / streaming bandwidth).
   Phased plans are costed best bound first; one whose bound is below the best plan that fits so
@@ -16,17 +20,20 @@ The search does not cost every plan. In order:
   extrapolated; the best plans are then compiled whole (`confirm`), and their figures replace
   the estimates.
 - **Traced once** (`traces`): the variants of a mesh share its trace, and a pipeline is traced
-  at its micro-batch alone; `reuse=False` lowers each compile through `ipujax.jit` instead (the
-  same ranking, slower: a check on the reuse).
+  at its micro-batch alone; a pipelined mesh's bound and its builds (stashing, recomputing)
+  share its staged program (`partitioner.reusing`); `reuse=False` lowers and builds each compile
+  through `ipujax.jit` instead (the same ranking, slower: a check on the reuse).
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ipujax.boundary import collector_paused
 from ipujax.planning.bounds import InputBytes, memory_bound, streaming_bound_seconds
 from ipujax.planning.candidates import (
     LAYOUTS,
@@ -41,7 +48,7 @@ from ipujax.planning.costing import SKIP_ERRORS, Costing, Refused
 from ipujax.planning.models import Model, step_model
 from ipujax.planning.ranking import Plan, Plans, Skipped, rank
 from ipujax.planning.traces import Traces
-from partitioner import Mesh, Target
+from partitioner import Mesh, Target, reusing
 
 
 class Outcome(enum.Enum):
@@ -50,6 +57,7 @@ class Outcome(enum.Enum):
     FITS = enum.auto()  # costed, and it fits
     DOES_NOT_FIT = enum.auto()  # costed, and over the chip's memory
     OVER_MEMORY_BOUND = enum.auto()  # not costed: its inputs alone cannot fit
+    OVER_STASH_BOUND = enum.auto()  # not costed: a pipeline whose stash alone cannot fit
     REFUSED = enum.auto()  # not costed: the rule cannot shard its mesh
 
 
@@ -57,6 +65,8 @@ class Outcome(enum.Enum):
 _OUTGROWN = frozenset({Outcome.DOES_NOT_FIT, Outcome.OVER_MEMORY_BOUND})
 # The same for every micro-batch count of a pipeline: the rule, the scopes or the weights.
 _EVERY_COUNT = frozenset({Outcome.REFUSED, Outcome.OVER_MEMORY_BOUND})
+# A pipeline that stashes and cannot fit, costed or not: recomputation may make it fit.
+_OVERSTASHED = frozenset({Outcome.DOES_NOT_FIT, Outcome.OVER_STASH_BOUND})
 
 
 @dataclass
@@ -65,6 +75,7 @@ class _Search:
 
     costing: Costing
     progress: Callable[[str], None] | None = None
+    stash_bound: bool = True  # pipelines ruled out by their stash before they are built
     plans: list[Plan] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
@@ -96,12 +107,36 @@ class _Search:
         if why is not None:
             self.skip(candidate, "memory bound", why)
             return Outcome.OVER_MEMORY_BOUND, known
+        if candidate.pipelined and self.stash_bound:
+            stashed = self.over_stash_bound(candidate)
+            if stashed is not None:
+                return stashed, known
         self.note(f"costing {candidate.describe()}")
         plan = self.attempt(candidate)
         if plan is None:
             return Outcome.REFUSED, known
         self.plans.append(plan)
         return (Outcome.FITS if plan.fits else Outcome.DOES_NOT_FIT), known
+
+    def over_stash_bound(self, candidate: Candidate) -> Outcome | None:
+        """Why a pipeline is not built when its program, scheduled and split into stages,
+        shows that a stage's stash for its micro-batches in flight is over a tile's memory
+        alone (`partitioner.pipeline_peak_floor`), or its passes refused it; None if it may
+        fit."""
+        floor = self.costing.peak_floor(candidate)
+        if isinstance(floor, Refused):
+            self.skip(candidate, "not expressible", floor.detail)
+            return Outcome.REFUSED
+        tile = self.costing.target.bytes_per_tile
+        if floor.bytes <= tile:
+            return None
+        self.skip(
+            candidate,
+            "memory bound",
+            f"stage {floor.stage} stashes {floor.bytes:,} B on tile {floor.tile} for its "
+            f"micro-batches in flight, over the tile's {tile:,} B",
+        )
+        return Outcome.OVER_STASH_BOUND
 
     def run(self, candidates: Sequence[Candidate]) -> None:
         """Plain plans first (they say which meshes need phases), a pipeline stashing before
@@ -131,7 +166,7 @@ class _Search:
             outcome, inputs = self.try_plain(stashing, inputs)
             if outcome in _EVERY_COUNT:
                 break
-            if outcome is Outcome.DOES_NOT_FIT:
+            if outcome in _OVERSTASHED:
                 self.try_plain(stashing.recomputing(), inputs)
             elif outcome is Outcome.FITS:
                 self.skip(
@@ -209,15 +244,22 @@ def search(
     confirm: int = 2,
     progress: Callable[[str], None] | None = None,
     reuse: bool = True,
+    stash_bound: bool = True,
 ) -> Plans:
     """Every plan of `model` on `system` (see the module docstring), ranked. `reuse=False`
-    traces every compile afresh through `ipujax.jit` (the same ranking, slower)."""
+    traces and builds every compile afresh through `ipujax.jit` (the same ranking, slower);
+    `stash_bound=False` builds the pipelines that a stash over a tile's memory rules out
+    (the same plans, and those that do not fit)."""
     ipus = system_ipus(system)
     target = target or Target.bow()
     traces = Traces() if reuse else None
-    state = _Search(Costing(model, target, traces=traces), progress=progress)
-    state.run([Candidate(axes) for axes in meshes(ipus, layouts)])
-    state.confirm(confirm)
+    state = _Search(Costing(model, target, traces=traces), progress, stash_bound=stash_bound)
+    # The collector paused throughout, as each compile pauses it (`ipujax.boundary`): between
+    # compiles the workload's own code (its shapes, made per mesh) ran with the search's traces
+    # and programs in memory, and the collector's sweeps over them were most of its time.
+    with collector_paused(), reusing() if reuse else contextlib.nullcontext():
+        state.run([Candidate(axes) for axes in meshes(ipus, layouts)])
+        state.confirm(confirm)
     if traces is not None:
         traces.clear()  # the plans keep their builders, not the search's traces
     return Plans(

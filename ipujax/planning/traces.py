@@ -11,16 +11,19 @@ the micro-batch alone (BERT-Large on a Pod16: 6.7 s of a candidate's 13.5 s of t
 
 The lowering is `Jitted`'s own; only its trace (`Jitted._traced`) is kept and reused. The
 search with `reuse=False` lowers through `ipujax.jit` itself, and
-`tests/ipujax/test_plan_reuse.py` holds the two to the same ranking.
+`tests/ipujax/test_plan_reuse.py` holds the two to the same ranking. `pipelined_build` reads
+off a pipelined lowering what its compile hands the partitioner, for the bound the search reads
+from the staged program before it compiles.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jax.sharding import AbstractMesh
+from jax.sharding import AbstractMesh, PartitionSpec
 
 from ipujax.api import Jitted, jit
 from ipujax.arguments import Call
@@ -28,10 +31,12 @@ from ipujax.microbatch import micro_batch
 from ipujax.stages import Lowered
 from ipujax.tracing import traced
 from lowering import Graph
+from partitioner import Mesh, Options
 
 # A trace: the program, and for a pipeline its micro-batch's (the same program) and the flat
 # inputs that carry the batch.
 Trace = tuple[Graph, "tuple[Graph, tuple[int, ...]] | None"]
+Specs = tuple[PartitionSpec | None, ...]
 
 
 @dataclass
@@ -96,3 +101,13 @@ def _micro_only(micro: tuple[Graph, tuple[int, ...]]) -> Trace:
     """A pipelined step's trace for cost only: the micro-batch's program stands for the whole
     batch's, which only running the step reads."""
     return micro[0], micro
+
+
+def pipelined_build(lowered: Lowered) -> tuple[Graph, Mesh, Specs, Specs, Options]:
+    """What `lowered.compile(check_memory_fits=False)` hands `partitioner.build` for a
+    pipelined step: its micro-batch's program on the lowering's mesh, with the flat inputs
+    that carry the batch (`tests/ipujax/test_plan_bounds.py` holds the two to one build)."""
+    assert lowered._micro is not None, "a pipelined step's lowering traces its micro-batch"
+    micro, batch = lowered._micro
+    how = dataclasses.replace(lowered._options.build, check_memory=False, batch_inputs=batch)
+    return micro, lowered._mesh, lowered._in_specs, lowered._out_specs, how

@@ -71,6 +71,8 @@ def arithmetic_per_element(members: Sequence[Op], target: Target) -> Fraction:
     """Thread cycles per element of all members' arithmetic."""
     total = Fraction(0)
     for op in members:
+        if op.name not in VECTOR_OPS:  # a view the chain reads through (`lowering.fusion`)
+            continue
         # select's first operand is its predicate: the values' type sets the cost
         operand = op.operands[-1].dtype if op.name == "select" else op.operands[0].dtype
         direction = op.attrs.get("direction", "") if op.name == "compare" else ""

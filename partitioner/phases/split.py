@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from partitioner.errors import ConfigError
 from partitioner.memory.liveness import PhaseBounds, storages, value_uses
 from partitioner.memory.tiles import tile_memory
@@ -59,7 +61,8 @@ def _fitted(
     uses = value_uses(program, plan.bounds)
     stored = storages(program, plan.bounds, uses=uses)
     for _ in range(rounds):
-        peaks = tile_memory(program, target, plan.bounds, uses=uses, stored=stored).phase_peaks
+        memory = tile_memory(program, target, plan.bounds, uses=uses, stored=stored)
+        peaks = memory.phase_peaks
         over = {
             p: peak - target.bytes_per_tile
             for p, peak in enumerate(peaks)
@@ -69,7 +72,7 @@ def _fitted(
             break
         fresh = {p: excess for p, excess in over.items() if excess < shrunk.get(p, excess + 1)}
         if fresh:
-            program = _less_memory(program, plan, fresh, target)
+            program = _less_memory(program, plan, fresh, memory.task_peaks, target)
             shrunk.update(fresh)
             continue
         budgets = {
@@ -87,14 +90,21 @@ def _fitted(
 
 
 def _less_memory(
-    program: Program, plan: PhasePlan, excess: dict[int, int], target: Target
+    program: Program,
+    plan: PhasePlan,
+    excess: dict[int, int],
+    task_peaks: np.ndarray | None,
+    target: Target,
 ) -> Program:
-    """The matmuls of the phases in `excess` re-planned with that much less temporary memory."""
+    """The matmuls of the phases in `excess` re-planned with less temporary memory: each by
+    what its own fullest tile is over budget while it runs (a matmul the peak does not reach
+    keeps its plan, as PopLibs plans each matmul within its own available memory)."""
     tasks = list(program.tasks)
     producers = {v: task.op for task in tasks for v in task.op.results}
-    for p, over in excess.items():
+    for p in excess:
         a, b = plan.bounds.bounds[p]
         for i in range(a, b):
+            over = int(task_peaks[i]) - target.bytes_per_tile if task_peaks is not None else 0
             tasks[i] = shrunk_by(tasks[i], over, producers, target)
     return dataclasses.replace(program, tasks=tuple(tasks))
 

@@ -10,6 +10,8 @@ through them, gradients accumulated and the weights updated once per step.
                    its checkpoints (`recomputed`, `checkpoints`)
     stage_memory   each stage's memory: liveness plus the stash of the micro-batches in flight;
                    stages over budget re-planned (`fit_stages`)
+    stage_fit      a floor under the fullest tile from the stashes alone (`stash_floor`), and
+                   `fit_stages` run only when the stages' memory, swept first, is over
     stage_costs    each stage's cycles per micro-batch and per step, and its traffic
     schedule       the pipeline's cycles: fill, steady state and drain (`PipelineCost`)
     step_cost      the step's cost as the report reads it (`pipelined_step_cost`)

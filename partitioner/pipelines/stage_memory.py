@@ -70,13 +70,20 @@ def _stage_view(
         bounds = PhaseBounds([(0, per_microbatch_tasks), (per_microbatch_tasks, len(own.tasks))])
         updated = {v for t in own.tasks[per_microbatch_tasks:] for v in t.op.results}
         own = dataclasses.replace(own, outputs=tuple(v for v in own.outputs if v not in updated))
+    return own, bounds, stash_per_tile(program, split, stage, pipeline, target), origin
+
+
+def stash_per_tile(
+    program: Program, split: StageSplit, stage: int, pipeline: Pipeline, target: Target
+) -> np.ndarray:
+    """The bytes per tile the stage stashes for its other micro-batches in flight."""
     stash = np.zeros(target.tiles_per_ipu, np.int64)
     extra = in_flight(stage, split.stages, pipeline.microbatches) - 1
     if extra > 0:
         for value in stashed(program, split, stage, pipeline.recompute):
             layout = program.layouts[value]
             stash[layout.start : layout.stop] += tile_bytes(layout, value.dtype)
-    return own, bounds, extra * stash, origin
+    return extra * stash
 
 
 def stage_memory(

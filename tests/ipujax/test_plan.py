@@ -236,9 +236,10 @@ def test_default_rule_is_data_parallel(mlp: Any) -> None:
     best = plans.best
     assert best.fits and not best.extrapolated and best.samples == 8
     assert best.predicted_seconds > 0
-    # dp=4, and the first micro-batch count of each pipelined mesh (refused for want of scopes)
-    assert plans.compiles == 3
-    assert notes[0] == "costing dp=4" and len(notes) == 3
+    # dp=4 alone: each pipelined mesh's first micro-batch count is refused for want of scopes
+    # as its stages are read, before its stash is bounded or it is compiled
+    assert plans.compiles == 1
+    assert notes == ["costing dp=4"]
 
     reasons = {(tuple(s.candidate.axes), s.candidate.phases): s.reason for s in plans.skipped}
     # the phased variant of the mesh that fits is dominated

@@ -95,6 +95,60 @@ def test_a_reduction_takes_its_operands_chain_as_prologue() -> None:
     assert_trees_close(compiled(x), jax.jit(variance)(x), rtol=1e-5, atol=1e-4)
 
 
+def test_a_mean_divides_and_casts_as_the_reduction_writes_its_output() -> None:
+    """A per-channel mean of halves cast back to half, [256, 64] -> [64]: popops' reduce
+    scales and casts its output as it writes it (`ReduceParams`' scale, the output's type), so
+    the division and the cast are the reduction's epilogue, not supersteps of their own.
+
+    By hand: the sum's stages are those of the same sum without them; its last stage also runs
+    the epilogue over each tile's outputs. The 64 outputs lie 4 a tile on the 16 tiles: per
+    worker at most 1 element, a float divide 10 cycles per 2 (PopLibs' `BinaryOp` rate: 5 an
+    element) and a cast of a float to a half 1/2: ceil(5 + 1/2) = 6 thread cycles, x 6
+    workers = 36."""
+
+    def mean(x):
+        return jnp.mean(x, axis=0, dtype=jnp.float32).astype(jnp.float16)
+
+    def total(x):
+        return jnp.sum(x, axis=0, dtype=jnp.float32)
+
+    x = np.random.default_rng(0).normal(size=(256, 64)).astype(np.float16)
+    compiled, plain = compile_for(mean, x), compile_for(total, x)
+    (fused,) = _fusions(compiled)
+    (summed,) = _fusions(plain)
+    assert [m.name for m in lowering.members(fused.op)] == [
+        "convert",
+        "reduce",
+        "divide",
+        "convert",
+    ]
+    assert [t.op.name for t in compiled.program.tasks if t.supersteps] == ["fusion"]
+    assert fused.result_layouts[0].block_elements == 4
+    *stages, last = fused.supersteps
+    *plain_stages, plain_last = summed.supersteps
+    assert [s.compute_cycles for s in stages] == [s.compute_cycles for s in plain_stages]
+    assert last.compute_cycles == plain_last.compute_cycles + 36
+    assert_trees_close(compiled(x), jax.jit(mean)(x))
+
+
+def test_an_epilogue_never_takes_another_chain() -> None:
+    """A mean's result that meets another tensor's chain ends the reduction's fusion: the
+    chain is not fused in as a prologue, and the values are jax.jit's."""
+
+    def f(x, y):
+        m = jnp.mean(x, axis=0)
+        return jnp.tanh(m * (y * 2.0 + 1.0))
+
+    x = np.random.default_rng(1).normal(size=(128, 32)).astype(np.float32)
+    y = np.linspace(-1, 1, 32, dtype=np.float32)
+    compiled = compile_for(f, x, y)
+    for task in _fusions(compiled):
+        names = [m.name for m in lowering.members(task.op)]
+        if "reduce" in names:
+            assert names[names.index("reduce") + 1 :] in ([], ["divide"])
+    assert_trees_close(compiled(x, y), jax.jit(f)(x, y), rtol=1e-6)
+
+
 def test_chains_in_a_loop_body_fuse_and_keep_the_values() -> None:
     def f(x):
         return jax.lax.fori_loop(0, 5, lambda i, c: jnp.tanh(c * 1.5 + 0.25) - c * 0.1, x)
@@ -107,6 +161,26 @@ def test_chains_in_a_loop_body_fuse_and_keep_the_values() -> None:
     assert_trees_close(compiled(x), jax.jit(f)(x))
 
 
+def test_a_chain_reads_through_a_reshape() -> None:
+    """Batch norm's normalisation made in a [replicas, N, ...] view and read back as [N, ...] by
+    a ReLU: the reshape is a view (a bitcast in XLA), so the multiply, add, reshape and maximum
+    are one map expression, one pass over the tensor, laid out where the activation lies."""
+
+    def norm_relu(x, a, b):
+        shares = x.reshape(1, *x.shape)
+        return jnp.maximum((shares * a + b).reshape(x.shape), 0)
+
+    x = np.random.default_rng(2).normal(size=(8, 64)).astype(np.float16)
+    a, b = np.float16(1.5) * np.ones((1, 8, 64), np.float16), np.ones((1, 8, 64), np.float16)
+    compiled = compile_for(norm_relu, x, a, b)
+    apart = compile_for(norm_relu, x, a, b, fuse=False)
+    (fused,) = _fusions(compiled)
+    assert [m.name for m in lowering.members(fused.op)] == ["multiply", "add", "reshape", "maximum"]
+    assert len([t for t in compiled.program.tasks if t.supersteps]) == 1
+    assert compiled.cost_report().total_cycles < apart.cost_report().total_cycles
+    assert_trees_close(compiled(x, a, b), jax.jit(norm_relu)(x, a, b))
+
+
 def test_as_text_shows_a_fusion_with_its_members() -> None:
     args = [np.ones(4096, np.float16)] * 3
     text = compile_for(chain, *args).as_text()
@@ -114,6 +188,9 @@ def test_as_text_shows_a_fusion_with_its_members() -> None:
 
 
 _UNARY = {
+    # views a chain reads through: a reshape and back, a broadcast adding a dimension of one
+    "reshaped": lambda x: jnp.tanh(x.reshape(8, 8)).reshape(64),
+    "expanded": lambda x: jax.lax.broadcast_in_dim(x, (1, 64), (1,)).reshape(64) * 1.5,
     "exponential": jax.lax.exp,
     "tanh": jax.lax.tanh,
     "negate": jax.lax.neg,

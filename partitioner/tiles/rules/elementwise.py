@@ -89,7 +89,8 @@ def elementwise_layout(
     is not the result's: a fused reduction's operand.)"""
     result = op.results[0]
     shape = result.shape if shape is None else shape
-    full = [(v, lay) for v, lay in zip(op.operands, layouts, strict=True) if v.shape == shape]
+    # by the layout's shape: a fused chain's operand read through a reshape is laid out as one
+    full = [(v, lay) for v, lay in zip(op.operands, layouts, strict=True) if lay.shape == shape]
     if not full:
         return ctx.linear(result)
     computed = [lay for v, lay in full if _producer(v, ctx) not in _VIEWS]

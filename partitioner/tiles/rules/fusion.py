@@ -8,12 +8,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Sequence
 
 from lowering import FUSION, Graph, Op, Value, interpret, members, op_cost
 from partitioner.cost.exchange import exchange_cycles
 from partitioner.cost.fused import arithmetic_per_element, fused_cycles
 from partitioner.layout import Layout
-from partitioner.program import Task
+from partitioner.program import Kernel, Superstep, Task
 from partitioner.target import Target
 from partitioner.tiles.context import MappingContext
 from partitioner.tiles.rules.common import Array
@@ -29,13 +30,27 @@ from partitioner.tiles.rules.reduce import reduce_tile_rule
 def fusion_tile_rule(
     op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
 ) -> Task:
-    if members(op)[-1].name == "reduce":
+    if any(m.name == "reduce" for m in members(op)):
         return _fused_reduce(op, inputs, layouts, ctx)
-    out = elementwise_layout(op, layouts, ctx)
+    viewed = _viewed_as(op.operands, layouts, op.results[0].shape)
+    out = elementwise_layout(op, viewed, ctx)
     loaded = [v.dtype for v in op.operands if not _scalar(v, ctx)]
     cycles = fused_cycles(members(op), out.block_elements, loaded, op.results[0].dtype, ctx.target)
-    step = block_step(op, f"fusion({label(op)})", layouts, out, cycles, ctx)
+    step = block_step(op, f"fusion({label(op)})", viewed, out, cycles, ctx)
     return Task(op, inputs, layouts, (out,), blockwise_kernel(op), (step,))
+
+
+def _viewed_as(
+    operands: tuple[Value, ...], layouts: tuple[Layout, ...], shape: tuple[int, ...]
+) -> tuple[Layout, ...]:
+    """Each operand of `shape`'s size laid out as a tensor of `shape`: a chain that reads
+    through a reshape reads the same elements on the same tiles (a layout's view is a row-major
+    reshape of its tensor, as `views.reshape_tile_rule` says)."""
+    size = math.prod(shape)
+    return tuple(
+        dataclasses.replace(lay, shape=shape) if v.shape != shape and v.size == size else lay
+        for v, lay in zip(operands, layouts, strict=True)
+    )
 
 
 def _fused_reduce(
@@ -44,12 +59,20 @@ def _fused_reduce(
     """A reduction with its operand's chain as prologue: the reduction planned as if its
     operand lay where the chain's inputs lie, in their element type (a cast to float partials
     is the reduction's own), its first stage also running the chain over each tile's block
-    and receiving what of the chain's inputs is not there."""
+    and receiving what of the chain's inputs is not there; its last stage also running the
+    epilogue (a scale by a scalar, a cast) over each tile's outputs as it writes them."""
     region = op.regions[0]
-    *chain, reduce = region.ops
+    at = next(i for i, m in enumerate(region.ops) if m.name == "reduce")
+    chain, reduce, epilogue = region.ops[:at], region.ops[at], region.ops[at + 1 :]
     x, init = reduce.operands
-    lay = elementwise_layout(op, layouts, ctx, shape=x.shape)
-    moved = [moved_bytes(v, lay_, lay, ctx) for v, lay_ in zip(op.operands, layouts, strict=True)]
+    viewed = _viewed_as(op.operands, layouts, x.shape)
+    lay = elementwise_layout(op, viewed, ctx, shape=x.shape)
+    # the epilogue's operands are scalars, a vertex's parameters: nothing of theirs moves
+    read = {v for m in (*chain, reduce) for v in m.operands}
+    moved = [
+        moved_bytes(v, lay_, lay, ctx) if inner in read else 0
+        for v, lay_, inner in zip(op.operands, viewed, region.inputs, strict=True)
+    ]
     tensors = [v for v in op.operands if v.shape == x.shape and not _scalar(v, ctx)]
     loaded = min((v.dtype for v in tensors), key=lambda t: t.itemsize, default=x.dtype)
     stand_in = Value(-1, x.shape, loaded)
@@ -71,18 +94,50 @@ def _fused_reduce(
         exchange_cycles=exchange_cycles(ctx.target, received),
         flops=first.flops + sum(op_cost(m).flops for m in chain),
     )
-    inner = Graph(inputs=region.inputs, outputs=(x,), ops=tuple(chain), name=FUSION)
+    rest = [dataclasses.replace(s, op=FUSION) for s in rest]
+    steps = _with_epilogue([first, *rest], epilogue, planned.result_layouts[0], ctx.target)
+    kernel = _fused_reduce_kernel(region, chain, reduce, epilogue, planned.kernel)
+    return Task(op, inputs, layouts, planned.result_layouts, kernel, steps)
+
+
+def _with_epilogue(
+    steps: list[Superstep], epilogue: tuple[Op, ...], out: Layout, target: Target
+) -> tuple[Superstep, ...]:
+    """The reduction's stages, the last also applying the epilogue to each tile's outputs."""
+    if not epilogue:
+        return tuple(steps)
+    last = steps[-1]
+    steps[-1] = dataclasses.replace(
+        last,
+        compute_cycles=last.compute_cycles + _prologue_cycles(epilogue, out, target),
+        flops=last.flops + sum(op_cost(m).flops for m in epilogue),
+    )
+    return tuple(steps)
+
+
+def _fused_reduce_kernel(
+    region: Graph, chain: tuple[Op, ...], reduce: Op, epilogue: tuple[Op, ...], planned: Kernel
+) -> Kernel:
+    """The prologue on the fusion's inputs, the planned reduction, then the epilogue."""
+    x, init = reduce.operands
+    head = Graph(inputs=region.inputs, outputs=(x,), ops=chain, name=FUSION)
+    tail = Graph(
+        inputs=(*region.inputs, reduce.results[0]),
+        outputs=region.outputs,
+        ops=epilogue,
+        name=FUSION,
+    )
     at = region.inputs.index(init)
 
     def kernel(*arrays: Array) -> tuple[Array, ...]:
-        (value,) = interpret(inner, arrays)
-        return planned.kernel(value, arrays[at])
+        (value,) = interpret(head, arrays)
+        reduced = planned(value, arrays[at])
+        return tuple(interpret(tail, (*arrays, *reduced))) if epilogue else reduced
 
-    rest = [dataclasses.replace(s, op=FUSION) for s in rest]
-    return Task(op, inputs, layouts, planned.result_layouts, kernel, (first, *rest))
+    return kernel
 
 
-def _prologue_cycles(chain: list[Op], layout: Layout, target: Target) -> int:
+def _prologue_cycles(chain: Sequence[Op], layout: Layout, target: Target) -> int:
     """The chain's arithmetic over a tile's block, feeding the reduction's loads: its loads
     and stores are the reduction's own."""
     workers = target.threads_per_tile
