@@ -224,43 +224,39 @@ class Lowered:
     def as_text(self) -> str:
         return str(self.graph)
 
+    def build_arguments(
+        self, check_memory_fits: bool = True
+    ) -> tuple[Graph, Mesh, tuple, tuple, Options]:
+        """What `compile` hands `partitioner.build`: the program (a pipeline's micro-batch, with
+        the flat inputs that carry the batch in its options), the mesh, the specs, the options."""
+        how = dataclasses.replace(self._options.build, check_memory=check_memory_fits)
+        graph = self.graph
+        if self._micro is not None:
+            graph, batch = self._micro
+            assert how.pipeline is not None  # a micro-batch program is traced only for one
+            how = dataclasses.replace(how, batch_inputs=batch)
+        return graph, self._mesh, self._in_specs, self._out_specs, how
+
     @api_boundary
     def compile(self, *, check_memory_fits: bool = True) -> Compiled:
-        how = dataclasses.replace(self._options.build, check_memory=check_memory_fits)
-        devices, iters = self._options.devices, self._options.device_iterations
-        if self._micro is None:
-            built = build(self.graph, self._mesh, self._in_specs, self._out_specs, how)
-            loops = _warn(built)
-            warn_host_bound(built, how.resident_inputs)
-            again = self._rebuild(self.graph, how)
-            return Compiled(
-                self.graph,
-                built,
-                self._donate,
-                devices,
-                None,
-                how.verify,
-                again,
-                loops,
-                iters,
-                numerics=self._options.numerics,
-            )
-        micro, batch = self._micro
-        assert how.pipeline is not None  # a micro-batch program is traced only for one
-        costed = dataclasses.replace(how, batch_inputs=batch)
-        built = build(micro, self._mesh, self._in_specs, self._out_specs, costed)
+        graph, mesh, in_specs, out_specs, how = self.build_arguments(check_memory_fits)
+        built = build(graph, mesh, in_specs, out_specs, how)
         loops = _warn(built)
-        again, runs = self._rebuild(micro, costed), self._runs(how)
+        runs = None
+        if self._micro is None:
+            warn_host_bound(built, how.resident_inputs)
+        else:
+            runs = self._runs(self._options.build)
         return Compiled(
             self.graph,
             built,
             self._donate,
-            devices,
+            self._options.devices,
             runs,
             how.verify,
-            again,
+            self._rebuild(graph, how),
             loops,
-            iters,
+            self._options.device_iterations,
             numerics=self._options.numerics,
         )
 

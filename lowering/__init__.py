@@ -28,7 +28,7 @@ from lowering.evaluator import (
     restore_keys,
     run_op,
 )
-from lowering.fusion import FUSION, fuse_elementwise, fusible, members
+from lowering.fusion import FUSION, fuse_elementwise, fusible, members, scalar_operand
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, op_reads, producers, walk
@@ -102,6 +102,7 @@ __all__ = [
     "renamed",
     "restore_keys",
     "run_op",
+    "scalar_operand",
     "scatter_combiner",
     "shorten_paths",
     "unroll_limit",

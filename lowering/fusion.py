@@ -230,19 +230,22 @@ def _epilogue_of(
             _EPILOGUE[op.name] in (None, at)
             and key(ops[producer]) == key(op)
             and value.shape == op.results[0].shape
-            and all(_scalar(v, ops, made) for v in others)
+            and all(scalar_operand(v, ops[made[v]] if v in made else None) for v in others)
         )
         return producer if fits else None
     return None
 
 
-def _scalar(value: Value, ops: list[Op], made: dict[Value, int]) -> bool:
-    """A scalar, or a broadcast of one: a vertex's scalar parameter."""
+def scalar_operand(value: Value, producer: Op | None) -> bool:
+    """A scalar, or a broadcast of one (`producer` makes `value`): a vertex's scalar parameter,
+    held in a register rather than loaded per element."""
     if value.size == 1:
         return True
-    producer = made.get(value)
-    source = ops[producer] if producer is not None else None
-    return source is not None and source.name == "broadcast_in_dim" and source.operands[0].size == 1
+    return (
+        producer is not None
+        and producer.name == "broadcast_in_dim"
+        and producer.operands[0].size == 1
+    )
 
 
 def _reduces_one(op: Op) -> bool:

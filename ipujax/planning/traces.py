@@ -18,7 +18,6 @@ from the staged program before it compiles.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,9 +104,7 @@ def _micro_only(micro: tuple[Graph, tuple[int, ...]]) -> Trace:
 
 def pipelined_build(lowered: Lowered) -> tuple[Graph, Mesh, Specs, Specs, Options]:
     """What `lowered.compile(check_memory_fits=False)` hands `partitioner.build` for a
-    pipelined step: its micro-batch's program on the lowering's mesh, with the flat inputs
-    that carry the batch (`tests/ipujax/test_plan_bounds.py` holds the two to one build)."""
+    pipelined step (`Lowered.build_arguments`): its micro-batch's program on the lowering's
+    mesh, with the flat inputs that carry the batch."""
     assert lowered._micro is not None, "a pipelined step's lowering traces its micro-batch"
-    micro, batch = lowered._micro
-    how = dataclasses.replace(lowered._options.build, check_memory=False, batch_inputs=batch)
-    return micro, lowered._mesh, lowered._in_specs, lowered._out_specs, how
+    return lowered.build_arguments(check_memory_fits=False)

@@ -14,6 +14,8 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from lowering import ELEMENTWISE, FUSIONS, Op, Value, op_reads
 from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Program, Task
@@ -69,8 +71,10 @@ def _roots(
     afterwards (Poplar's in-place ops) when the two have the same layout and bytes and were made
     in the same phase (and neither is an argument or an output, which stream as themselves). In
     a loop's body, `carried` maps each output to the input it becomes next trip: an output made
-    in place of that input overwrites the loop's own tensor (an accumulator's add)."""
+    in place of that input overwrites the loop's own tensor (an accumulator's add). A constant
+    equal to an earlier one is that one (`_EqualConstants`)."""
     root: dict[Value, Value] = {}
+    equal = _EqualConstants(program)
     last = _last_reads(program)
     members_last: dict[Value, int] = {}  # per owner, the last read of any value it holds
     made: dict[Value, int] = {}
@@ -78,6 +82,9 @@ def _roots(
     carried = carried or {}
     phase_of = phases.phase_of if phases is not None else (lambda task: 0)
     for index, task in enumerate(program.tasks):
+        twin = equal.twin(task)
+        if twin is not None:
+            root[task.op.results[0]] = twin
         for result, alias in zip(task.op.results, task.aliases, strict=False):
             if alias is not None:
                 source = task.inputs[alias]
@@ -94,12 +101,49 @@ def _roots(
                 and program.layouts.get(owner) == program.layouts.get(result)
             ):
                 root[result] = owner
+                equal.spoil(owner)  # it holds the result now, no longer the constant
                 break
         for value in task.op.results:
             owner = root.get(value, value)
             made.setdefault(owner, index)
             members_last[owner] = max(members_last.get(owner, -1), last.get(value, index))
     return root
+
+
+# Constants up to this many elements are compared by value (a model's scalars and small tables);
+# larger ones, rare and costly to compare, each keep their own storage.
+_COMPARED_CONSTANT = 4096
+
+
+class _EqualConstants:
+    """The first of each set of equal constants (value, type and tiles), which XLA's
+    common-subexpression elimination makes one tensor before Poplar places it: the later ones
+    share its storage (a model's 96 layers share their epsilons and halves rather than each
+    keeping its own on a tile)."""
+
+    def __init__(self, program: Program) -> None:
+        self.layouts = program.layouts
+        self.first: dict[tuple, Value] = {}
+        self.key_of: dict[Value, tuple] = {}
+
+    def twin(self, task: Task) -> Value | None:
+        """An earlier constant equal to the one `task` makes, if it makes one; else None."""
+        if task.op.name != "constant" or len(task.op.results) != 1:
+            return None
+        (result,) = task.op.results
+        data = np.asarray(task.op.attrs["value"])
+        if data.size > _COMPARED_CONSTANT:
+            return None
+        key = (result.dtype.str, result.shape, data.tobytes(), self.layouts.get(result))
+        first = self.first.setdefault(key, result)
+        self.key_of.setdefault(result, key)
+        return None if first is result else first
+
+    def spoil(self, value: Value) -> None:
+        """`value`'s storage was overwritten in place: later equal constants keep their own."""
+        key = self.key_of.pop(value, None)
+        if key is not None and self.first.get(key) is value:
+            del self.first[key]
 
 
 def storage_owners(program: Program, phases: PhaseBounds | None = None) -> dict[Value, Value]:

@@ -74,7 +74,7 @@ def tile_memory(
     arguments) too: a re-plan of matmuls changes neither."""
     tiles = target.tiles_per_ipu
     found = stored if stored is not None else storages(program, phases, kept, ways, uses)
-    always = _always_live(found, tiles, repeated_constants(program))
+    always = _always_live(found, tiles)
     code = code_memory(program, target)
     extra = always + code.total
     sweep = _live_by_task(program, found, tiles)
@@ -112,42 +112,10 @@ def _phase_peaks(per_task: np.ndarray | None, phases: PhaseBounds | None) -> tup
     return tuple(max(0, int(per_task[a:b].max())) for a, b in phases.bounds if b > a)
 
 
-# Constants up to this many elements are compared by value (a model's scalars and small tables);
-# larger ones, rare and costly to compare, each count.
-_COMPARED_CONSTANT = 4096
-
-
-def repeated_constants(program: Program) -> frozenset[Value]:
-    """Constants equal to an earlier one (value, type and tiles): XLA's common-subexpression
-    elimination makes them one tensor before Poplar places it, so it is stored once (a model's
-    96 layers share their epsilons and halves rather than each keeping its own on a tile)."""
-    seen: set[tuple] = set()
-    repeats: set[Value] = set()
-    for task in program.tasks:
-        if task.op.name != "constant" or len(task.op.results) != 1:
-            continue
-        (result,) = task.op.results
-        data = np.asarray(task.op.attrs["value"])
-        if data.size > _COMPARED_CONSTANT:
-            continue
-        key = (result.dtype.str, result.shape, data.tobytes(), program.layouts.get(result))
-        if key in seen:
-            repeats.add(result)
-        seen.add(key)
-    return frozenset(repeats)
-
-
-def _always_live(
-    found: tuple[Storage, ...], tiles: int, repeats: frozenset[Value] = frozenset()
-) -> np.ndarray:
-    """Bytes per tile of the storages live throughout (constants, each distinct one once;
-    unphased, the inputs)."""
+def _always_live(found: tuple[Storage, ...], tiles: int) -> np.ndarray:
+    """Bytes per tile of the storages live throughout (constants; unphased, the inputs)."""
     # A difference array over tiles, summed once, rather than a slice add per storage.
-    spans = [
-        (s.layout.start, s.layout.stop, s.bytes_per_tile)
-        for s in found
-        if s.always_live and s.value not in repeats
-    ]
+    spans = [(s.layout.start, s.layout.stop, s.bytes_per_tile) for s in found if s.always_live]
     start, stop, size = np.array(spans, np.int64).reshape(-1, 3).T
     changes = np.zeros(tiles + 1, np.int64)
     np.add.at(changes, np.clip(start, 0, tiles), size)
@@ -274,8 +242,7 @@ def task_excess(
     """For each task, how many bytes its fullest tile is over budget while it runs (0 when
     within), `extra` bytes per tile added throughout: which tasks a re-plan must shrink."""
     found = storages(program, phases)
-    always = _always_live(found, target.tiles_per_ipu, repeated_constants(program))
-    base = always + code_memory(program, target).total
+    base = _always_live(found, target.tiles_per_ipu) + code_memory(program, target).total
     if extra is not None:
         base = base + extra
     sweep = _live_by_task(program, found, target.tiles_per_ipu)

@@ -16,6 +16,7 @@ What phases stream, and what that costs, is `streaming`'s.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -72,6 +73,7 @@ def _fitted(
             break
         fresh = {p: excess for p, excess in over.items() if excess < shrunk.get(p, excess + 1)}
         if fresh:
+            assert memory.task_peaks is not None  # phased: each task's fullest tile
             program = _less_memory(program, plan, fresh, memory.task_peaks, target)
             shrunk.update(fresh)
             continue
@@ -92,19 +94,19 @@ def _fitted(
 def _less_memory(
     program: Program,
     plan: PhasePlan,
-    excess: dict[int, int],
-    task_peaks: np.ndarray | None,
+    phases: Iterable[int],
+    task_peaks: np.ndarray,
     target: Target,
 ) -> Program:
-    """The matmuls of the phases in `excess` re-planned with less temporary memory: each by
-    what its own fullest tile is over budget while it runs (a matmul the peak does not reach
+    """The matmuls of `phases` re-planned with less temporary memory: each by what its own
+    fullest tile (`task_peaks`) is over budget while it runs (a matmul the peak does not reach
     keeps its plan, as PopLibs plans each matmul within its own available memory)."""
     tasks = list(program.tasks)
     producers = {v: task.op for task in tasks for v in task.op.results}
-    for p in excess:
+    for p in phases:
         a, b = plan.bounds.bounds[p]
         for i in range(a, b):
-            over = int(task_peaks[i]) - target.bytes_per_tile if task_peaks is not None else 0
+            over = int(task_peaks[i]) - target.bytes_per_tile
             tasks[i] = shrunk_by(tasks[i], over, producers, target)
     return dataclasses.replace(program, tasks=tuple(tasks))
 

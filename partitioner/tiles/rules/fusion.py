@@ -10,7 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from lowering import FUSION, Graph, Op, Value, interpret, members, op_cost
+from lowering import FUSION, Graph, Op, Value, interpret, members, op_cost, scalar_operand
 from partitioner.cost.exchange import exchange_cycles
 from partitioner.cost.fused import arithmetic_per_element, fused_cycles
 from partitioner.layout import Layout
@@ -153,7 +153,4 @@ def label(op: Op) -> str:
 
 def _scalar(value: Value, ctx: MappingContext) -> bool:
     """A scalar, or a broadcast of one: held in a register, not loaded per element."""
-    if value.size == 1:
-        return True
-    made = ctx.producers.get(value)
-    return made is not None and made.name == "broadcast_in_dim" and made.operands[0].size == 1
+    return scalar_operand(value, ctx.producers.get(value))
