@@ -14,7 +14,7 @@ flattened tensor cut into equal runs of whole grains, at least `min_bytes_per_ti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax.numpy as jnp
@@ -35,6 +35,8 @@ class Layout:
     # Block sizes when they are larger than the even split (linear mapping rounds each tile's
     # run up to whole grains); empty for the even split `ceil(view / grid)`.
     chunk: tuple[int, ...] = ()
+    # The block sizes, found once: passes read them several times per layout they make.
+    block: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Checked on every layout the scheduler makes (hundreds of thousands for GPT-3), so
@@ -43,16 +45,10 @@ class Layout:
             raise ValueError(f"view {self.view} does not hold shape {self.shape}")
         if len(self.grid) != len(self.view) or (self.grid and min(self.grid) < 1):
             raise ValueError(f"grid {self.grid} does not fit view {self.view}")
-        if self.chunk:
-            even = (-(-v // g) if v else 0 for v, g in zip(self.view, self.grid, strict=True))
-            if any(c < e for c, e in zip(self.chunk, even, strict=True)):
-                raise ValueError(f"blocks {self.chunk} cannot hold view {self.view} in {self.grid}")
-
-    @property
-    def block(self) -> tuple[int, ...]:
-        if self.chunk:
-            return self.chunk
-        return tuple(-(-v // g) if v else 0 for v, g in zip(self.view, self.grid, strict=True))
+        even = tuple(-(-v // g) if v else 0 for v, g in zip(self.view, self.grid, strict=True))
+        if self.chunk and any(c < e for c, e in zip(self.chunk, even, strict=True)):
+            raise ValueError(f"blocks {self.chunk} cannot hold view {self.view} in {self.grid}")
+        object.__setattr__(self, "block", self.chunk or even)
 
     def storage(self) -> tuple[int, int, int]:
         """(start, tiles, run): the layout as contiguous runs of the row-major tensor, one per

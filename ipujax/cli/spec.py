@@ -10,6 +10,7 @@ import inspect
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,7 +115,25 @@ def call_workload(
         raise CliError(f"spec {spec!r}: it must be callable {what}") from None
     except ValueError:
         pass  # no signature to check (a builtin): just call it
-    return _checked_workload(factory(**kwargs), spec)
+    try:
+        made = factory(**kwargs)
+    except (ValueError, NotImplementedError) as error:
+        if mesh is None:
+            raise  # no mesh to refuse: a bug in the workload, whose traceback helps
+        raise CliError(_refusal(spec, mesh, error)) from None
+    return _checked_workload(made, spec)
+
+
+def _refusal(spec: str, mesh: Mesh, error: BaseException) -> str:
+    """A workload's refusal of the mesh it was given (as `ipujax plan` reads a ValueError),
+    with the line that raised it."""
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    axes = ",".join(f"{name}={size}" for name, size in mesh.shape.items())
+    return (
+        f"spec {spec!r} refuses the mesh {axes}: {type(error).__name__}: {error}{where}; "
+        "give a mesh it can split over"
+    )
 
 
 def _checked_workload(result: Any, spec: str) -> Workload:

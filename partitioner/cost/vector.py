@@ -17,6 +17,7 @@ reduce vertices' estimators (`lib/popops/reduction/CycleEstimationFunctions.cpp`
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -298,6 +299,8 @@ def elementwise_cycles(
     return binary_cycles(name, elements, operand, target)
 
 
+# Cached: a model's repeated layers ask for the same reductions thousands of times.
+@functools.lru_cache(maxsize=65536)
 def reduce_cycles(
     outputs: int, depth: int, dtype: np.dtype, contiguous: bool, operands: int, target: Target
 ) -> int:

@@ -11,7 +11,7 @@ spans into bytes per tile.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,41 +73,93 @@ def _roots(
     a loop's body, `carried` maps each output to the input it becomes next trip: an output made
     in place of that input overwrites the loop's own tensor (an accumulator's add). A constant
     equal to an earlier one is that one (`_EqualConstants`)."""
-    root: dict[Value, Value] = {}
-    equal = _EqualConstants(program)
-    last = _last_reads(program)
-    members_last: dict[Value, int] = {}  # per owner, the last read of any value it holds
-    made: dict[Value, int] = {}
-    keep = set(program.inputs) | set(program.outputs)
-    carried = carried or {}
-    phase_of = phases.phase_of if phases is not None else (lambda task: 0)
-    for index, task in enumerate(program.tasks):
-        twin = equal.twin(task)
-        if twin is not None:
-            root[task.op.results[0]] = twin
-        for result, alias in zip(task.op.results, task.aliases, strict=False):
-            if alias is not None:
-                source = task.inputs[alias]
-                root[result] = root.get(source, source)
+    return _Owners(program, phases, carried).root
+
+
+class _Owners:
+    """`_roots`' pass over the tasks: each value's owner (`root`, only those owned by another
+    value), and for `value_uses` each owner's first task (`made`: a value's owner is settled
+    when the task that makes it runs, so a second pass would find the same) and the
+    constants."""
+
+    def __init__(
+        self,
+        program: Program,
+        phases: PhaseBounds | None,
+        carried: Mapping[Value, Value] | None = None,
+    ) -> None:
+        self.root: dict[Value, Value] = {}
+        self.made: dict[Value, int] = {}
+        self.constants: set[Value] = set()
+        self.layouts = program.layouts
+        self.phase_of = phases.phase_of if phases is not None else None
+        self.carried = carried or {}
+        self.keep = set(program.inputs) | set(program.outputs)
+        self.last = _last_reads(program)
+        self.members_last: dict[Value, int] = {}  # per owner, the last read of any value it holds
+        self.equal = _EqualConstants(program)
+        self._sweep(program.tasks)
+
+    def _sweep(self, tasks: Sequence[Task]) -> None:
+        # One loop with the dicts' methods bound: it runs once per task of every stage's
+        # program in each memory sweep of the plan search.
+        root, made, members_last, last = self.root, self.made, self.members_last, self.last
+        owner_of, last_read = root.get, last.get
+        for index, task in enumerate(tasks):
+            op = task.op
+            results = op.results
+            if op.name == "constant":
+                self.constants.update(results)
+                twin = self.equal.twin(task)
+                if twin is not None:
+                    root[results[0]] = twin
+            if task.aliases:
+                for result, alias in zip(results, task.aliases, strict=False):
+                    if alias is not None:
+                        source = task.inputs[alias]
+                        root[result] = owner_of(source, source)
+            elif len(results) == 1 and (op.name in _IN_PLACE or op.name == "dynamic_update_slice"):
+                self._in_place(task, index)
+            for value in results:
+                owner = owner_of(value, value)
+                made.setdefault(owner, index)
+                held = members_last.get(owner, -1)
+                read = last_read(value, index)
+                members_last[owner] = read if read > held else held
+
+    def _in_place(self, task: Task, index: int) -> None:
+        """`task`'s one result owned by the first operand it may overwrite (`_overwritable`):
+        one that nothing reads afterwards, made in the same phase, of the same bytes and layout
+        (the result's own, found once for all its operands)."""
+        result = task.op.results[0]
+        root, made, keep, layouts = self.root, self.made, self.keep, self.layouts
+        free = result not in keep
+        size, layout = -1, None
         for value in _overwritable(task):
-            result = task.op.results[0]
             owner = root.get(value, value)
-            mine = carried.get(result) == owner
-            if (
-                (mine or (result not in keep and owner not in keep and owner in made))
-                and members_last.get(owner, last.get(owner, -1)) <= index
-                and phase_of(made.get(owner, index)) == phase_of(index)
-                and owner.nbytes == result.nbytes
-                and program.layouts.get(owner) == program.layouts.get(result)
+            if not ((free and owner not in keep and owner in made) or self._carried(result, owner)):
+                continue
+            if self.members_last.get(owner, self.last.get(owner, -1)) > index:
+                continue
+            if self.phase_of is not None and (
+                self.phase_of(made.get(owner, index)) != self.phase_of(index)
             ):
+                continue
+            if size < 0:
+                size, layout = result.nbytes, layouts.get(result)
+            held = layouts.get(owner)
+            if owner.nbytes == size and (held is layout or held == layout):
                 root[result] = owner
-                equal.spoil(owner)  # it holds the result now, no longer the constant
-                break
-        for value in task.op.results:
-            owner = root.get(value, value)
-            made.setdefault(owner, index)
-            members_last[owner] = max(members_last.get(owner, -1), last.get(value, index))
-    return root
+                self.equal.spoil(owner)  # it holds the result now, no longer the constant
+                return
+
+    def _carried(self, result: Value, owner: Value) -> bool:
+        """Whether `result` becomes `owner` next trip of a loop (see `_roots`)."""
+        return bool(self.carried) and self.carried.get(result) == owner
+
+
+# The ops whose one result may overwrite an operand (`_overwritable`).
+_IN_PLACE = ELEMENTWISE | FUSIONS
 
 
 # Constants up to this many elements are compared by value (a model's scalars and small tables);
@@ -136,8 +188,10 @@ class _EqualConstants:
             return None
         key = (result.dtype.str, result.shape, data.tobytes(), self.layouts.get(result))
         first = self.first.setdefault(key, result)
-        self.key_of.setdefault(result, key)
-        return None if first is result else first
+        if first is not result:
+            return first
+        self.key_of[result] = key  # only a first can be spoiled: later ones are not stored
+        return None
 
     def spoil(self, value: Value) -> None:
         """`value`'s storage was overwritten in place: later equal constants keep their own."""
@@ -164,10 +218,7 @@ def _overwritable(task: Task) -> tuple[Value, ...]:
 
 
 def _last_reads(program: Program) -> dict[Value, int]:
-    last: dict[Value, int] = {}
-    for index, task in enumerate(program.tasks):
-        for value in task.reads:
-            last[value] = index
+    last = {value: index for index, task in enumerate(program.tasks) for value in task.reads}
     for value in program.outputs:
         last[value] = len(program.tasks)  # read by the host
     return last
@@ -185,20 +236,21 @@ def value_uses(
     depend on the tasks' ops, not on their plans: a caller that asks `tile_memory` again about
     a program whose matmuls it re-planned passes them back (`uses=`) rather than paying a
     pass over every task again (a second for GPT-3's 100,000)."""
-    root = _roots(program, phases, carried)
-    made: dict[Value, int] = {}
+    owners = _Owners(program, phases, carried)
+    owner_of = owners.root.get
     reads: dict[Value, list[int]] = {}
-    constants: set[Value] = set()
     for index, task in enumerate(program.tasks):
-        if task.op.name == "constant":
-            constants.update(task.op.results)
-        for value in task.op.results:
-            made.setdefault(root.get(value, value), index)
         for value in task.reads:
-            reads.setdefault(root.get(value, value), []).append(index)
+            owner = owner_of(value, value)
+            held = reads.get(owner)
+            if held is None:
+                reads[owner] = [index]
+            else:
+                held.append(index)
     end = max(0, len(program.tasks) - 1)
     for value in program.outputs:
-        reads.setdefault(root.get(value, value), []).append(end + 1)  # read by the host
+        reads.setdefault(owner_of(value, value), []).append(end + 1)  # read by the host
+    made, constants = owners.made, owners.constants
     return made, reads, constants
 
 
@@ -211,10 +263,10 @@ def _spans(first: int, uses: list[int], phases: PhaseBounds | None) -> tuple[tup
     if phases is None:
         return ((first, end),)
     made_phase = phases.phase_of(first)
-    last_task = phases.bounds[-1][1] - 1
     lo, hi = phases.bounds[made_phase]
     if end < hi and min(uses, default=first) >= lo:  # read only in the phase that makes it
         return ((first, end),)
+    last_task = phases.bounds[-1][1] - 1
     stored = any(u > last_task or phases.phase_of(u) != made_phase for u in uses)
     uses = [u for u in uses if u <= last_task]
     by_phase: dict[int, tuple[int, int]] = {}
@@ -244,8 +296,10 @@ def storages(
     made, reads, constants = uses if uses is not None else value_uses(program, phases)
     inputs = set(program.inputs)
     streamed = streamed_inputs(program)
-    owners = {v for v in program.layouts if v in made or v in inputs}
-    ways = ways or {}
+    # A set filled in the layouts' order: its order is the storages', which the report's
+    # largest tensors keep among equals. One membership test per layout.
+    owners = set(filter((made.keys() | inputs).__contains__, program.layouts))
+    layouts, ways = program.layouts, ways or {}
     found = []
     for value in owners:
         always = value in constants or (value in inputs and phases is None)
@@ -258,7 +312,7 @@ def storages(
         else:
             first = made[value]
             spans = _spans(first, reads.get(value, []), None if value in kept else phases)
-        found.append(Storage(value, program.layouts[value], spans, always, ways.get(value, 1)))
+        found.append(Storage(value, layouts[value], spans, always, ways.get(value, 1)))
     return tuple(found)
 
 

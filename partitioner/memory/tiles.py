@@ -238,10 +238,12 @@ def task_excess(
     target: Target,
     phases: PhaseBounds | None = None,
     extra: np.ndarray | None = None,
+    stored: tuple[Storage, ...] | None = None,
 ) -> list[int]:
     """For each task, how many bytes its fullest tile is over budget while it runs (0 when
-    within), `extra` bytes per tile added throughout: which tasks a re-plan must shrink."""
-    found = storages(program, phases)
+    within), `extra` bytes per tile added throughout: which tasks a re-plan must shrink.
+    `stored` is `storages(program, phases)` when the caller has it (`tile_memory`'s)."""
+    found = stored if stored is not None else storages(program, phases)
     base = _always_live(found, target.tiles_per_ipu) + code_memory(program, target).total
     if extra is not None:
         base = base + extra

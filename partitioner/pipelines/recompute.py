@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from lowering import Value
 from partitioner.phases.scopes import FORWARD, block_label
-from partitioner.pipelines.stage_program import stage_order, stage_program
+from partitioner.pipelines.stage_program import ordered_stage_program, stage_order
 from partitioner.pipelines.stages import StageSplit
 from partitioner.program import Program, Task
 
@@ -43,60 +43,94 @@ def checkpoints(program: Program, split: StageSplit, stage: int) -> set[Value]:
     """The values one of the stage's blocks makes in its forward and another block's forward
     on the stage reads: each layer's output, stashed, not recomputed."""
     forward = split.indices(stage, (FORWARD,))
-    block_of = {
-        v: block
-        for i, block in zip(forward, _segments(program, split, forward), strict=True)
-        for v in program.tasks[i].op.results
-    }
+    blocks = list(zip(forward, _segments(program, split, forward), strict=True))
+    block_of = {v: block for i, block in blocks for v in program.tasks[i].op.results}
     return {
         v
-        for i, block in zip(forward, _segments(program, split, forward), strict=True)
+        for i, block in blocks
         for v in program.tasks[i].inputs
         if v in block_of and block_of[v] != block
     }
 
 
-def recomputed(program: Program, split: StageSplit, stage: int) -> tuple[Program, list[int]]:
+def recomputed(
+    program: Program,
+    split: StageSplit,
+    stage: int,
+    order: list[int] | None = None,
+    own: Program | None = None,
+) -> tuple[Program, list[int]]:
     """The stage's own program (`stage_program`) as its IPU runs it with recomputation, and for
     each of its tasks the position in `stage_order` of the task it runs (a recomputed task
     runs its forward task again). Before the first backward task that reads a forward value
     that is not a checkpoint, the forward tasks of that value's block that lead to the values
     the backward reads run again, making fresh copies that the backward reads instead: the
-    forward's own copies are free once the forward is done with them."""
-    own = stage_program(program, split, stage)
-    order = stage_order(program, split, stage)
+    forward's own copies are free once the forward is done with them. `order` is the stage's
+    `stage_order`, `own` its `stage_program`, when the caller has them."""
+    order = stage_order(program, split, stage) if order is None else order
+    own = ordered_stage_program(program, split, stage, order) if own is None else own
     forward = [p for p, i in enumerate(order) if split.kind_of[i] == FORWARD]
     segment = dict(
         zip(forward, _segments(program, split, [order[p] for p in forward]), strict=True)
     )
     kept = checkpoints(program, split, stage)
+    last = _last_readers(own, {v for p in forward for v in own.tasks[p].op.results})
     maker = {v: p for p in forward for v in own.tasks[p].op.results if v not in kept}
-    ids = itertools.count(1 + max(v.id for t in own.tasks for v in (*t.inputs, *t.op.results)))
+    read_after = _reads_from(last, maker, segment)
+    ids = itertools.count(1 + max(v.id for v in (*own.inputs, *_results(own))))
+    # Past the last reader of a forward value (most of a stage's update) nothing runs again
+    # and nothing reads a copy: those tasks stand as they are.
+    end = 1 + max(last.values(), default=-1)
     tasks: list[Task] = []
     origin: list[int] = []
     fresh: dict[Value, Value] = {}
     done: set[str | None] = set()
-    for p, task in enumerate(own.tasks):
+    for p, task in enumerate(own.tasks[:end]):
         if p not in segment:
             wanted = [maker[v] for v in task.inputs if v in maker and v not in fresh]
-            for block in dict.fromkeys(segment[q] for q in wanted):
+            for block in dict.fromkeys(segment[q] for q in wanted) if wanted else ():
                 if block in done:
                     continue
                 done.add(block)
-                rerun = _needed(own, maker, segment, block, _read_after(own, maker, p))
+                rerun = _needed(own, maker, segment, block, read_after(block, p))
                 for q in rerun:
                     tasks.append(_copy(own.tasks[q], fresh, ids))
                     origin.append(q)
-            task = _renamed(task, fresh)
+            task = _renamed(task, fresh) if fresh else task
         tasks.append(task)
         origin.append(p)
+    tasks += own.tasks[end:]
+    origin += range(end, len(own.tasks))
     layouts = {**own.layouts, **{new: own.layouts[old] for old, new in fresh.items()}}
     return dataclasses.replace(own, tasks=tuple(tasks), layouts=layouts), origin
 
 
-def _read_after(own: Program, maker: dict[Value, int], start: int) -> set[Value]:
-    """The forward values (not checkpoints) the backward reads from task `start` on."""
-    return {v for t in own.tasks[start:] for v in t.inputs if v in maker}
+def _results(program: Program) -> list[Value]:
+    return [v for t in program.tasks for v in t.op.results]
+
+
+def _last_readers(own: Program, values: set[Value]) -> dict[Value, int]:
+    """The position of the last task that reads each of `values` that any task reads."""
+    last: dict[Value, int] = {}
+    for p, task in enumerate(own.tasks):
+        for v in task.inputs:
+            if v in values:
+                last[v] = p
+    return last
+
+
+def _reads_from(
+    last: dict[Value, int], maker: dict[Value, int], segment: dict[int, str | None]
+) -> Callable[[str | None, int], list[Value]]:
+    """For a block and a task position, the block's forward values (not checkpoints) that the
+    tasks from that position on read (`last` holds each one's last reader). Asking the tasks
+    after each block's first backward reader anew would cost a pass over the stage's tasks
+    per block."""
+    by_block: dict[str | None, list[Value]] = {}
+    for v in last:
+        if v in maker:
+            by_block.setdefault(segment[maker[v]], []).append(v)
+    return lambda block, start: [v for v in by_block.get(block, ()) if last[v] >= start]
 
 
 def _needed(
@@ -126,15 +160,19 @@ def _copy(task: Task, fresh: dict[Value, Value], ids: Iterable[int]) -> Task:
     counter = iter(ids)
     for v in task.op.results:
         fresh[v] = Value(next(counter), v.shape, v.dtype)
-    task = _renamed(task, fresh)
-    op = dataclasses.replace(task.op, results=tuple(fresh[v] for v in task.op.results))
-    return dataclasses.replace(task, op=op)
+    return _renamed(task, fresh, results=tuple(fresh[v] for v in task.op.results))
 
 
-def _renamed(task: Task, fresh: dict[Value, Value]) -> Task:
-    """`task` reading the recomputed copies of its inputs where there are any."""
-    if not any(v in fresh for v in task.inputs):
+def _renamed(
+    task: Task, fresh: dict[Value, Value], results: tuple[Value, ...] | None = None
+) -> Task:
+    """`task` reading the recomputed copies of its inputs where there are any (and making
+    `results` when given: a copy)."""
+    if results is None and fresh.keys().isdisjoint(task.inputs):
         return task
     inputs = tuple(fresh.get(v, v) for v in task.inputs)
-    op = dataclasses.replace(task.op, operands=tuple(fresh.get(v, v) for v in task.op.operands))
+    operands = tuple(fresh.get(v, v) for v in task.op.operands)
+    op = dataclasses.replace(
+        task.op, operands=operands, results=task.op.results if results is None else results
+    )
     return dataclasses.replace(task, op=op, inputs=inputs)

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from lowering import Graph, Op, SourceLoc, Value, infer_types
+from lowering import Graph, Op, SourceLoc, Value
 from partitioner.sharding.specs import Axes, Sharding
+from partitioner.sharding.type_cache import TypeCache
 
 
 class Builder:
@@ -23,11 +24,13 @@ class Builder:
         self.mesh = mesh
         self.ids = itertools.count(first_id)
         self.ops: list[Op] = []
+        self.types = TypeCache()
 
     def fork(self) -> Builder:
         """A builder for a region: its own ops, values numbered with this one's."""
         forked = Builder(self.mesh, 0)
         forked.ids = self.ids
+        forked.types = self.types
         return forked
 
     def value(self, shape: tuple[int, ...], dtype: np.dtype) -> Value:
@@ -41,8 +44,8 @@ class Builder:
         loc: SourceLoc,
         regions: tuple[Graph, ...] = (),
     ) -> tuple[Value, ...]:
-        probe = Op(name, tuple(operands), (), attrs, regions, loc)
-        results = tuple(self.value(a.shape, a.dtype) for a in infer_types(probe))
+        types = self.types.infer(name, operands, attrs, regions, loc)
+        results = tuple(self.value(a.shape, a.dtype) for a in types)
         self.ops.append(Op(name, tuple(operands), results, attrs, regions, loc))
         return results
 

@@ -16,6 +16,7 @@ The record itself is `factors.Factors`; the convolution's rule is in `conv_facto
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from lowering import COLLECTIVES, ELEMENTWISE, FUSIONS, SHARD_OPS, Op, binary_op, scatter_combiner
 from partitioner.sharding.conv_factors import convolution_factor_rule
@@ -25,24 +26,47 @@ from partitioner.sharding.factors import Factors as Factors
 from partitioner.sharding.factors import project as project
 from partitioner.sharding.library_factors import LIBRARY_FACTOR_RULES
 
+Shape = tuple[int, ...]
+
+
+# The commonest rules (constants, elementwise ops, broadcasts: most ops of a program) are
+# cached by the shapes they read: a program repeats a few shapes over its layers, and the
+# rules are asked again for every program of a plan search.
+
 
 def _replicated_factor_rule(op: Op) -> Factors:
     """Everything whole: for ops whose dimensions do not split independently."""
+    return _replicated_factors(
+        tuple([len(v.shape) for v in op.operands]), tuple([len(v.shape) for v in op.results])
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _replicated_factors(operands: tuple[int, ...], results: tuple[int, ...]) -> Factors:
     return Factors(
-        tuple((None,) * len(v.shape) for v in op.operands),
-        tuple((None,) * len(v.shape) for v in op.results),
+        tuple((None,) * rank for rank in operands),
+        tuple((None,) * rank for rank in results),
         (),
         rule="replicated",
     )
 
 
 def _elementwise_factor_rule(op: Op) -> Factors:
-    shape = op.results[0].shape
-    if any(v.shape not in (shape, ()) for v in op.operands):  # bitcasts that change the width
-        return _replicated_factor_rule(op)
+    return _elementwise_factors(
+        tuple([v.shape for v in op.operands]), tuple([v.shape for v in op.results])
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _elementwise_factors(operands: tuple[Shape, ...], results: tuple[Shape, ...]) -> Factors:
+    shape = results[0]
+    if any(s not in (shape, ()) for s in operands):  # bitcasts that change the width
+        return _replicated_factors(
+            tuple([len(s) for s in operands]), tuple([len(s) for s in results])
+        )
     same = tuple(range(len(shape)))
-    operands = tuple(same if v.shape == shape else () for v in op.operands)
-    return Factors(operands, (same,) * len(op.results), shape, rule="elementwise")
+    dims = tuple(same if s == shape else () for s in operands)
+    return Factors(dims, (same,) * len(results), shape, rule="elementwise")
 
 
 def _identity_factor_rule(op: Op) -> Factors:
@@ -121,10 +145,14 @@ def _transpose_factor_rule(op: Op) -> Factors:
 
 
 def _broadcast_in_dim_factor_rule(op: Op) -> Factors:
-    x, out = op.operands[0], op.results[0]
-    mapped = op.attrs["broadcast_dimensions"]
-    operand = tuple(m if x.shape[i] == out.shape[m] else None for i, m in enumerate(mapped))
-    return Factors((operand,), (tuple(range(len(out.shape))),), out.shape, rule="broadcast")
+    mapped = tuple(op.attrs["broadcast_dimensions"])
+    return _broadcast_factors(op.operands[0].shape, op.results[0].shape, mapped)
+
+
+@functools.lru_cache(maxsize=4096)
+def _broadcast_factors(x: Shape, out: Shape, mapped: tuple[int, ...]) -> Factors:
+    operand = tuple(m if x[i] == out[m] else None for i, m in enumerate(mapped))
+    return Factors((operand,), (tuple(range(len(out))),), out, rule="broadcast")
 
 
 def _reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:

@@ -20,61 +20,46 @@ Every collective records the op that needed it and why.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lowering import Graph, Op, Value, free_values, infer_types, producers, walk
+from lowering import Graph, Op, Value, producers, walk
 from partitioner.sharding.builder import Builder
-from partitioner.sharding.conv_factors import FEATURES, local_group_counts, uneven_groups
-from partitioner.sharding.factor_rules import Factors, lookup_dim, project, reduction_kind
+from partitioner.sharding.conv_factors import FEATURES, uneven_groups
+from partitioner.sharding.factor_rules import Dims, Factors, lookup_dim, project, reduction_kind
 from partitioner.sharding.halo_rewrite import Halos
+from partitioner.sharding.localize import free_values_of, localized_attrs, substitute
 from partitioner.sharding.manual import inline_manual
+from partitioner.sharding.partitioned import ForcedWhole as ForcedWhole
+from partitioner.sharding.partitioned import Partitioned as Partitioned
 from partitioner.sharding.pending import pending_axes
 from partitioner.sharding.propagation import Propagated
 from partitioner.sharding.specs import Axes, Sharding
 
 
-@dataclass(frozen=True, slots=True)
-class ForcedWhole:
-    """An op that ran whole on every IPU and so gathered a tensor that was split."""
-
-    op: str
-    source: str
-    rule: str
-    tensor: str  # the split operand, with its type and sharding
-    why: str = ""  # why a rule that splits the op could not split it here
-
-    def __str__(self) -> str:
-        why = f": {self.why}" if self.why else ""
-        return f"{self.op} at {self.source} ({self.rule} rule) gathered {self.tensor}{why}"
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Partitioned:
-    """The per-IPU program and the shardings of its inputs and outputs."""
-
-    graph: Graph
-    input_shardings: tuple[Sharding, ...]
-    output_shardings: tuple[Sharding, ...]
-    global_graph: Graph
-    propagated: Propagated
-    # The sharding of each per-IPU value the partitioner made for a global one.
-    local_shardings: dict[Value, Sharding] = dataclasses.field(default_factory=dict)
-    forced_whole: tuple[ForcedWhole, ...] = ()
-
-
 def _max_id(graph: Graph) -> int:
     ids = [v.id for v in graph.inputs]
     for op in walk(graph):
-        ids.extend(v.id for v in op.results)
-        ids.extend(v.id for region in op.regions for v in region.inputs)
+        ids += [v.id for v in op.results]
+        for region in op.regions:
+            ids += [v.id for v in region.inputs]
     return max(ids, default=0)
+
+
+def _uses(graph: Graph) -> Counter[Value]:
+    """How many times each value is read: by an op, a region of one, or as an output."""
+    read: list[Value] = []
+    for op in graph.ops:
+        read += op.operands
+        if op.regions:
+            read += free_values_of(op)
+    read += graph.outputs
+    return Counter(read)
 
 
 def _axes_of(factors: Factors, axes: tuple[Axes, ...], operand: int, dim: int) -> Axes:
@@ -83,30 +68,6 @@ def _axes_of(factors: Factors, axes: tuple[Axes, ...], operand: int, dim: int) -
 
 
 # ---- per-op rewriting --------------------------------------------------------------------
-
-
-def _localized_attrs(op: Op, local_results: Sequence[tuple[int, ...]], operands: Sequence[Value]):
-    """Attributes that spell out shapes, rewritten for per-IPU shapes."""
-    attrs = dict(op.attrs)
-    if op.name in ("broadcast_in_dim", "iota"):
-        attrs["shape"] = tuple(local_results[0])
-    elif op.name == "reshape":
-        attrs["new_sizes"] = tuple(local_results[0])
-    elif op.name == "slice":
-        global_in = op.operands[0].shape
-        attrs["limit_indices"] = tuple(
-            operands[0].shape[d] if lim == n else lim
-            for d, (lim, n) in enumerate(zip(attrs["limit_indices"], global_in, strict=True))
-        )
-    elif op.name in ("dynamic_slice", "gather"):
-        global_in = op.operands[0].shape
-        attrs["slice_sizes"] = tuple(
-            operands[0].shape[d] if s == n else s
-            for d, (s, n) in enumerate(zip(attrs["slice_sizes"], global_in, strict=True))
-        )
-    elif op.name == "convolution":
-        attrs.update(local_group_counts(op, operands[0]))
-    return attrs
 
 
 class _Partitioner:
@@ -135,11 +96,14 @@ class _Partitioner:
         self.forced: list[ForcedWhole] = []
         self.children: list[_Partitioner] = []
         self.zero_like: set[Value] = set()  # read as zeros: a loop's accumulators, when probed
-        self.uses = Counter(v for op in graph.ops for v in (*op.operands, *free_values_of(op)))
-        self.uses.update(graph.outputs)
+        self.uses = _uses(graph)
         self.root: _Partitioner = self if outer is None else outer.root
         self.hoisted: dict[tuple, Value] = {}  # the root's: values made once, before any loop
         self.halos = Halos(self, graph.ops)
+        self.projections: dict[tuple, Sharding] = {} if outer is None else outer.projections
+        self.local_shapes: dict[tuple, tuple[int, ...]] = (
+            {} if outer is None else outer.local_shapes
+        )
 
     def operand(self, value: Value, want: Sharding, op: Op, why: str) -> Value:
         """`value` as `want` on this IPU, communicating once per value and sharding: a
@@ -318,29 +282,26 @@ class _Partitioner:
 
     def try_sharded(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> bool:
         axes = self.whole_groups(op, factors, axes)
-        results = [project(d, axes) for d in factors.results]
+        results = [self.project(d, axes) for d in factors.results]
         local_shapes = [
-            s.local_shape(v.shape, self.mesh) for s, v in zip(results, op.results, strict=True)
+            self.local_shape(s, v.shape) for s, v in zip(results, op.results, strict=True)
         ]
         if op.name == "reshape" and math.prod(local_shapes[0]) != math.prod(
-            project(factors.operands[0], axes).local_shape(op.operands[0].shape, self.mesh)
+            self.local_shape(self.project(factors.operands[0], axes), op.operands[0].shape)
         ):
             return False
         mark = len(self.b.ops)
         pending = self.pending_through(op)
-        if set(pending) & {a for f in axes for a in f}:
+        if pending and set(pending) & {a for f in axes for a in f}:
             pending = ()  # an axis cannot both split a dimension and sum over IPUs
-        operands = [
-            self.operand(v, project(d, axes, pending), op, _why(op, factors, i))
-            for i, (v, d) in enumerate(zip(op.operands, factors.operands, strict=True))
-        ]
+        operands = self.split_operands(op, factors, axes, pending)
         operands = self.mask_reductions(op, factors, axes, operands)
-        attrs = _localized_attrs(op, local_shapes, operands)
-        inferred = infer_types(Op(op.name, tuple(operands), (), attrs, op.regions, op.loc))
+        attrs = localized_attrs(op, local_shapes, operands)
+        inferred = self.b.types.infer(op.name, operands, attrs, op.regions, op.loc)
         if [tuple(a.shape) for a in inferred] != [tuple(s) for s in local_shapes]:
             del self.b.ops[mark:]
             return False
-        summed = tuple(a for f in sorted(factors.reduction) for a in axes[f])
+        summed = _summed(factors, axes)
         if op.name == "scatter" and summed and not self.zeros(op.operands[0]):
             if not op.operands[0].shape:
                 del self.b.ops[mark:]
@@ -356,8 +317,41 @@ class _Partitioner:
             made = (self.b.collective("all_reduce", made[0], partial, op.loc, why, reduction=kind),)
             partial = ()
         for value, local, sharding in zip(op.results, made, results, strict=True):
-            self.local[value] = (local, Sharding(sharding.dims, partial))
+            self.local[value] = (local, Sharding(sharding.dims, partial) if partial else sharding)
         return True
+
+    def split_operands(
+        self, op: Op, factors: Factors, axes: tuple[Axes, ...], pending: Axes
+    ) -> list[Value]:
+        """`op`'s operands as the factors' axes split them, `pending` sums kept pending."""
+        operands = []
+        for i, (value, dims) in enumerate(zip(op.operands, factors.operands, strict=True)):
+            want = self.project(dims, axes, pending)
+            x, have = self.local[value]
+            # The reason is spelled out only for an operand that moves: most do not.
+            operands.append(
+                x if have == want else self.operand(value, want, op, _why(op, factors, i))
+            )
+        return operands
+
+    # A program has a few shapes, factor rules and splits, and every op asks for its
+    # tensors' shardings and per-IPU shapes: each is worked out once per partitioning.
+
+    def project(self, dims: Dims, axes: tuple[Axes, ...], partial: Axes = ()) -> Sharding:
+        """`factors.project`."""
+        key = (dims, axes, partial)
+        found = self.projections.get(key)
+        if found is None:
+            found = self.projections[key] = project(dims, axes, partial)
+        return found
+
+    def local_shape(self, sharding: Sharding, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """`sharding.local_shape` on this mesh."""
+        key = (sharding.dims, shape)
+        found = self.local_shapes.get(key)
+        if found is None:
+            found = self.local_shapes[key] = sharding.local_shape(shape, self.mesh)
+        return found
 
     def whole_groups(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> tuple[Axes, ...]:
         """`axes` with a grouped convolution's groups left whole where its shards
@@ -382,8 +376,12 @@ class _Partitioner:
         return op is not None and op.name == "constant" and not np.any(op.attrs["value"])
 
     def pending_through(self, op: Op) -> Axes:
-        """The axes of a sum `op` keeps pending (`pending.pending_axes`)."""
-        return pending_axes(op, lambda v: self.local[v][1].partial, self.uses, self.zeros)
+        """The axes of a sum `op` keeps pending (`pending.pending_axes`): none where no operand
+        is a partial sum (most ops), which is quicker to see than to ask."""
+        local = self.local
+        if not any([local[v][1].partial for v in op.operands]):
+            return ()
+        return pending_axes(op, lambda v: local[v][1].partial, self.uses, self.zeros)
 
     def emit_local(
         self,
@@ -434,50 +432,43 @@ class _Partitioner:
 
     def whole(self, op: Op, factors: Factors) -> None:
         """The op on whole operands, its results replicated on every IPU."""
-        why = f"{op.name} at {op.loc} runs whole ({factors.rule} rule)"
-        for value in (*op.operands, *free_values_of(op)):
+        captured = free_values_of(op)
+        for value in (*op.operands, *captured):
             have = self.local[value][1]
             if any(have.dims):
                 tensor = f"{value.type_str} {have}"
                 self.forced.append(ForcedWhole(op.name, str(op.loc), factors.rule, tensor))
-        operands = [
-            self.operand(v, Sharding.replicated(len(v.shape)), op, why) for v in op.operands
-        ]
+        operands = [self.gathered(v, op, factors) for v in op.operands]
         regions = op.regions
-        captured = free_values_of(op)
         if captured:
-            mapping = {
-                v: self.operand(v, Sharding.replicated(len(v.shape)), op, why) for v in captured
-            }
-            regions = tuple(_substitute(r, mapping) for r in op.regions)
+            mapping = {v: self.gathered(v, op, factors) for v in captured}
+            regions = tuple(substitute(r, mapping) for r in op.regions)
         made = self.b.emit(op.name, operands, dict(op.attrs), op.loc, regions)
         for value, local in zip(op.results, made, strict=True):
-            self.local[value] = (local, Sharding.replicated(len(value.shape)))
+            self.local[value] = (local, _replicated(len(value.shape)))
 
-
-def free_values_of(op: Op) -> tuple[Value, ...]:
-    found: dict[Value, None] = {}
-    for region in op.regions:
-        for value in free_values(region):
-            found[value] = None
-    return tuple(found)
-
-
-def _substitute(graph: Graph, mapping: Mapping[Value, Value]) -> Graph:
-    """The graph with captured outer values replaced by their per-IPU versions."""
-    ops = tuple(
-        Op(
-            op.name,
-            tuple(mapping.get(v, v) for v in op.operands),
-            op.results,
-            op.attrs,
-            tuple(_substitute(r, mapping) for r in op.regions),
-            op.loc,
+    def gathered(self, value: Value, op: Op, factors: Factors) -> Value:
+        """`value` whole on every IPU, for `op` run whole."""
+        x, have = self.local[value]
+        want = _replicated(len(value.shape))
+        if have == want:  # most are: why is spelled out only for a value that moves
+            return x
+        return self.operand(
+            value, want, op, f"{op.name} at {op.loc} runs whole ({factors.rule} rule)"
         )
-        for op in graph.ops
-    )
-    outputs = tuple(mapping.get(v, v) for v in graph.outputs)
-    return Graph(graph.inputs, outputs, ops, name=graph.name)
+
+
+def _summed(factors: Factors, axes: tuple[Axes, ...]) -> Axes:
+    """The axes of the partial sums that splitting the reduction factors over `axes` leaves."""
+    if not factors.reduction:  # most ops
+        return ()
+    return tuple(a for f in sorted(factors.reduction) for a in axes[f])
+
+
+@functools.cache
+def _replicated(rank: int) -> Sharding:
+    """One record per rank for the many values an op run whole leaves replicated."""
+    return Sharding.replicated(rank)
 
 
 def _why(op: Op, factors: Factors, index: int) -> str:

@@ -19,6 +19,8 @@ it came from.
 
 from __future__ import annotations
 
+import functools
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -46,20 +48,17 @@ def _candidates(
     factor's number (ties keep the tensors' order)."""
     found = []
     reduction = factors.reduction
-    tensors = (
-        *zip(op.operands, factors.operands, strict=True),
-        *zip(op.results, factors.results, strict=True),
-    )
-    for value, dims in tensors:
-        sharding = known.get(value)
-        if sharding is None:
-            continue
-        origin = 0 if value in fixed else 1
-        size = -value.size
-        for factor, axes in zip(dims, sharding.dims, strict=False):
-            if factor is not None and axes:
-                rank = (origin, 1 if factor in reduction else 0, size, factor)
-                found.append((rank, factor, axes))
+    for values, dims_of in ((op.operands, factors.operands), (op.results, factors.results)):
+        for value, dims in zip(values, dims_of, strict=True):
+            sharding = known.get(value)
+            if sharding is None:
+                continue
+            origin = 0 if value in fixed else 1
+            size = -value.size
+            for factor, axes in zip(dims, sharding.dims, strict=False):
+                if factor is not None and axes:
+                    rank = (origin, 1 if factor in reduction else 0, size, factor)
+                    found.append((rank, factor, axes))
     found.sort(key=itemgetter(0))
     return found
 
@@ -67,22 +66,27 @@ def _candidates(
 def decide_factors(
     op: Op, factors: Factors, known: Mapping[Value, Sharding], fixed: set[Value]
 ) -> tuple[Axes, ...]:
+    return _decide(op, factors, known, _candidates(op, factors, known, fixed))
+
+
+def _decide(
+    op: Op,
+    factors: Factors,
+    known: Mapping[Value, Sharding],
+    candidates: list[tuple[tuple[int, int, int, int], int, Axes]],
+) -> tuple[Axes, ...]:
     chosen: list[Axes] = [()] * len(factors.sizes)
-    candidates = _candidates(op, factors, known, fixed)
     if len(candidates) < 2:  # nothing to conflict with (most ops of a layer)
         for _, factor, axes in candidates:
             chosen[factor] = axes
         return tuple(chosen)
     # An axis may split only one dim of a tensor (a partial sum counts as a use of its axes),
     # so axes are checked per tensor: the operands of a barrier are independent of each other.
-    tensors = [{f for f in dims if f is not None} for dims in factors.operands]
-    tensors += [
-        {f for f in dims if f is not None} | set(factors.reduction) for dims in factors.results
-    ]
-    used: list[set[str]] = [set() for _ in tensors]
+    holding = _holders(factors)
+    used: list[set[str]] = [set() for _ in range(len(factors.operands) + len(factors.results))]
     skipped: dict[tuple[int, Axes], None] = {}  # in order, each once
     for rank, factor, axes in candidates:
-        holders = [i for i, fs in enumerate(tensors) if factor in fs]
+        holders = holding[factor]
         if chosen[factor] or any(used[i] & set(axes) for i in holders):
             if rank[0] == 0 and factor in factors.reduction and not chosen[factor]:
                 skipped[(factor, axes)] = None
@@ -93,6 +97,20 @@ def decide_factors(
     if not skipped:
         return tuple(chosen)
     return _cheaper_with_reductions(op, factors, known, tuple(chosen), list(skipped))
+
+
+@functools.lru_cache(maxsize=4096)
+def _holders(factors: Factors) -> tuple[tuple[int, ...], ...]:
+    """For each factor, the op's tensors (operands, then results) it splits; a result holds
+    the reduction factors too. By the rule alone: cached, as layers repeat their ops' rules."""
+    tensors = [{f for f in dims if f is not None} for dims in factors.operands]
+    tensors += [
+        {f for f in dims if f is not None} | set(factors.reduction) for dims in factors.results
+    ]
+    return tuple(
+        tuple(i for i, fs in enumerate(tensors) if factor in fs)
+        for factor in range(len(factors.sizes))
+    )
 
 
 def _cheaper_with_reductions(
@@ -146,14 +164,17 @@ class _State:
     """Propagation's working state. An op is visited again only if one of its tensors changed
     since its last visit (otherwise the visit would change nothing, as deciding and refining
     are deterministic and idempotent), which keeps large programs fast: `stale` holds the ops
-    not visited yet and those a change touched since (the changing op's own visit included),
-    `touching` each value's ops."""
+    a change touched since their last visit (the changing op itself included, unless its visit
+    shows it would decide the same: `_sweep`), and at the start those that touch a seeded
+    value: an op none of whose tensors is known decides nothing (most ops of a program, before
+    the first sweep reaches them), so it is visited once one is. `touching` holds each value's
+    ops, by the value's id (an int hashes without a call into `Value.__hash__`)."""
 
     known: dict[Value, Sharding]
     origins: dict[Value, str]
     fixed: set[Value]
     factors: dict[Op, Factors]
-    touching: dict[Value, list[Op]] = field(default_factory=dict)
+    touching: dict[int, list[Op]] = field(default_factory=dict)
     stale: set[Op] = field(default_factory=set)
     decided: dict[Op, tuple[Axes, ...]] = field(default_factory=dict)  # at the last visit
 
@@ -166,11 +187,14 @@ class _State:
         fixed: set[Value],
         factors: dict[Op, Factors],
     ) -> _State:
-        touching: dict[Value, list[Op]] = {}
+        touching: defaultdict[int, list[Op]] = defaultdict(list)
         for op in ops:
-            for value in (*op.operands, *op.results):
-                touching.setdefault(value, []).append(op)
-        return cls(known, origins, fixed, factors, touching, set(ops))
+            for value in op.operands:
+                touching[value.id].append(op)
+            for value in op.results:
+                touching[value.id].append(op)
+        stale = {op for value in known for op in touching.get(value.id, ())}
+        return cls(known, origins, fixed, factors, touching, stale)
 
 
 def _sweep(ops: list[Op], state: _State) -> bool:
@@ -181,27 +205,49 @@ def _sweep(ops: list[Op], state: _State) -> bool:
             continue
         stale.discard(op)
         factors = state.factors[op]
-        axes = decide_factors(op, factors, known, fixed)
+        candidates = _candidates(op, factors, known, fixed)
+        axes = _decide(op, factors, known, candidates)
         state.decided[op] = axes
         if not any(axes):
             continue  # no factor split: nothing to propose
-        for value, dims in (
-            *zip(op.operands, factors.operands, strict=True),
-            *zip(op.results, factors.results, strict=True),
-        ):
-            if value in fixed:
-                continue
-            split = tuple(() if f is None else axes[f] for f in dims)  # `project`'s dims
-            if not any(split):
-                continue
-            refined = _refine(known.get(value), Sharding(split))
-            if refined is None:
-                continue
-            known[value] = refined
-            state.origins[value] = f"propagated through {op.name} ({factors.rule}) at {op.loc}"
-            stale.update(state.touching[value])
-            changed = True
+        adopted, refined = _propose(op, factors, axes, state)
+        changed |= adopted or refined
+        if len(candidates) == 1 and not refined:
+            # One candidate decided the op, and the tensors it changed had no sharding: they
+            # took its axes as they are, so a visit again would find candidates only for the
+            # same factor with the same axes, and decide the same: not stale on their account.
+            stale.discard(op)
     return changed
+
+
+def _propose(op: Op, factors: Factors, axes: tuple[Axes, ...], state: _State) -> tuple[bool, bool]:
+    """Offers the op's factor axes to its tensors that are not fixed: whether one that had no
+    sharding took them, and whether one that had a sharding was refined."""
+    adopted = refined = False
+    known = state.known
+    for value, dims in (
+        *zip(op.operands, factors.operands, strict=True),
+        *zip(op.results, factors.results, strict=True),
+    ):
+        if value in state.fixed:
+            continue
+        split = tuple([() if f is None else axes[f] for f in dims])  # `project`'s dims
+        if not any(split):
+            continue
+        current = known.get(value)
+        if current is not None and current.dims == split:
+            continue  # nothing to refine (most proposals): skip making the record
+        made = _refine(current, Sharding(split))
+        if made is None:
+            continue
+        known[value] = made
+        state.origins[value] = f"propagated through {op.name} ({factors.rule}) at {op.loc}"
+        state.stale.update(state.touching[value.id])
+        if current is None:
+            adopted = True
+        else:
+            refined = True
+    return adopted, refined
 
 
 def _refine(current: Sharding | None, proposed: Sharding) -> Sharding | None:
@@ -249,16 +295,22 @@ def propagate_shardings(
         backward = _sweep(ops[::-1], state)
         if not (forward or backward):
             break
+    replicated: dict[int, Sharding] = {}  # by rank: one record for the many unreached values
     for value in _all_values(graph):
         if value not in known:
-            known[value] = Sharding.replicated(len(value.shape))
+            rank = len(value.shape)
+            if rank not in replicated:
+                replicated[rank] = Sharding.replicated(rank)
+            known[value] = replicated[rank]
             origins[value] = "replicated: no sharding reaches it"
     # An op none of whose tensors changed since its last visit decides as it did then (values
-    # nothing reached are replicated now, which offers no axes); the others decide again.
+    # nothing reached are replicated now, which offers no axes); the others decide again. An
+    # op never visited had no sharded tensor: it splits no factor.
+    decided, stale = state.decided, state.stale
     op_factors = {
-        op: state.decided[op]
-        if op not in state.stale
-        else decide_factors(op, state.factors[op], known, fixed)
+        op: decide_factors(op, state.factors[op], known, fixed)
+        if op in stale
+        else decided.get(op) or ((),) * len(state.factors[op].sizes)
         for op in ops
         if op not in ties
     }

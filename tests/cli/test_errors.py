@@ -75,3 +75,15 @@ def test_genuine_bugs_keep_their_traceback(tmp_path: Path) -> None:
     spec.write_text("def workload():\n    raise ZeroDivisionError('a bug in the workload')\n")
     with pytest.raises(ZeroDivisionError):
         main(["cost-report", f"{spec}:workload"])
+
+
+def test_a_workload_refusing_its_mesh_is_one_line(tmp_path: Path, capsys) -> None:
+    spec = tmp_path / "picky.py"
+    spec.write_text(
+        "def workload(mesh=None):\n    raise ValueError('12 heads do not split over 8')\n"
+    )
+    assert main(["cost-report", f"{spec}:workload", "--mesh", "tp=8"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "refuses the mesh tp=8" in err and "12 heads do not split over 8" in err
+    assert f"{spec}:2" in err  # the line that raised it

@@ -10,6 +10,7 @@ a grid of its own, the kept elements over tiles first; the cheaper of the two is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -27,6 +28,8 @@ from partitioner.tiles.context import MappingContext
 from partitioner.tiles.rules.common import Array, make_step, permuted
 
 
+# Cached: a model's repeated layers reduce the same shapes thousands of times.
+@functools.lru_cache(maxsize=16384)
 def _reduce_split(
     rows: int, depth: int, dtype: np.dtype, operands: int, target: Target
 ) -> tuple[int, int]:
