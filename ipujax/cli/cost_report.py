@@ -16,7 +16,7 @@ from ipujax.cli.flags import (
     parse_target,
 )
 from ipujax.cli.output import add_outputs, show_report
-from ipujax.cli.spec import Workload, accepts_mesh, call_workload, load_spec
+from ipujax.cli.spec import Workload, accepts_mesh, call_workload, load_spec, mesh_refusals
 from ipujax.latency import checked_iterations
 from ipujax.report import CostReport
 from partitioner import Mesh
@@ -82,7 +82,8 @@ def workload_for(args: argparse.Namespace) -> Workload:
     factory = load_spec(args.spec)
     if accepts_mesh(factory):
         mesh = mesh_from_flags(args, None)
-        workload = call_workload(factory, args.spec, mesh)
+        with mesh_refusals(args.spec, mesh):
+            workload = call_workload(factory, args.spec, mesh)
         workload.jit_kwargs.setdefault("mesh", mesh)
     else:
         workload = call_workload(factory, args.spec, None)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -11,7 +12,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -115,18 +116,21 @@ def call_workload(
         raise CliError(f"spec {spec!r}: it must be callable {what}") from None
     except ValueError:
         pass  # no signature to check (a builtin): just call it
+    return _checked_workload(factory(**kwargs), spec)
+
+
+@contextlib.contextmanager
+def mesh_refusals(spec: str, mesh: Mesh) -> Iterator[None]:
+    """A workload's refusal of the one mesh the user gave it (its `ValueError` or
+    `NotImplementedError`, which `ipujax plan` reads as a mesh to skip) as a `CliError` naming
+    the line that raised it."""
     try:
-        made = factory(**kwargs)
+        yield
     except (ValueError, NotImplementedError) as error:
-        if mesh is None:
-            raise  # no mesh to refuse: a bug in the workload, whose traceback helps
         raise CliError(_refusal(spec, mesh, error)) from None
-    return _checked_workload(made, spec)
 
 
 def _refusal(spec: str, mesh: Mesh, error: BaseException) -> str:
-    """A workload's refusal of the mesh it was given (as `ipujax plan` reads a ValueError),
-    with the line that raised it."""
     frames = traceback.extract_tb(error.__traceback__)
     where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     axes = ",".join(f"{name}={size}" for name, size in mesh.shape.items())

@@ -88,3 +88,24 @@ def test_a_factory_without_a_mesh_keyword(tmp_path: Path, capsys) -> None:
     assert code == 2
     assert "must take a mesh keyword" in _one_error_line(err)
     assert out == ""
+
+
+def test_meshes_the_workload_refuses_are_skipped(tmp_path: Path, capsys) -> None:
+    """A factory's ValueError for a mesh it cannot split over is that mesh skipped, as `ipujax
+    cost-report --mesh` makes it one error line: the plan still ranks the meshes it takes."""
+    workload = tmp_path / "picky.py"
+    workload.write_text(
+        "import numpy as np\n\n\n"
+        "def step(mesh=None):\n"
+        "    if mesh is not None and 'dp' not in mesh.shape:\n"
+        "        raise ValueError('this step splits over dp only')\n"
+        "    return (lambda x: x * 2.0), (np.ones((8, 4), np.float32),)\n"
+    )
+    path = tmp_path / "plans.json"
+    code = main(["plan", f"{workload}:step", "--system", "2", "--json", str(path)])
+    capsys.readouterr()
+    assert code == 0
+    data = json.loads(path.read_text())
+    assert data["plans"] and all("dp" in plan["mesh"] for plan in data["plans"])
+    refused = [s for s in data["skipped"] if s["reason"] == "not expressible"]
+    assert refused and all("dp only" in s["detail"] for s in refused)
