@@ -37,19 +37,26 @@ class TypeCache:
         """`infer_types` of the op `name` on `operands` (`loc` only names it in errors)."""
         types = tuple([(v.shape, v.dtype) for v in operands])
         key = (name, types, tuple(attrs.items()), regions)
-        try:
-            return self.known[key]
-        except KeyError:
-            pass
-        except TypeError:  # an attribute that does not hash: an array, by its contents
+        found = self._get(key)
+        if found is _UNHASHABLE:  # an attribute that does not hash: an array, by its contents
             key = (name, types, tuple((k, _contents(v)) for k, v in attrs.items()), regions)
-            try:
-                if key in self.known:
-                    return self.known[key]
-            except TypeError:
-                return infer_types(Op(name, tuple(operands), (), attrs, regions, loc))
-        found = self.known[key] = infer_types(Op(name, tuple(operands), (), attrs, regions, loc))
+            found = self._get(key)
+        if found is None or found is _UNHASHABLE:
+            types_found = infer_types(Op(name, tuple(operands), (), attrs, regions, loc))
+            if found is None:
+                self.known[key] = types_found
+            return types_found
         return found
+
+    def _get(self, key: tuple) -> Any:
+        """The types kept under `key`, None if none are, `_UNHASHABLE` if it cannot be a key."""
+        try:
+            return self.known.get(key)
+        except TypeError:
+            return _UNHASHABLE
+
+
+_UNHASHABLE = object()
 
 
 def _contents(value: Any) -> Any:
