@@ -28,8 +28,6 @@ from ipujax.fidelity_memory import MEMORY_FIGURES
 from ipujax.fidelity_ranking import ranking_summary
 from ipujax.fidelity_systems import (
     BOW_RESNET_MICRO_BATCH,
-    RESNET_ACCUMULATION,
-    RESNET_MICRO_BATCH,
     bert_base_figure,
     bert_large_figure,
     resnet50_figure,
@@ -272,8 +270,9 @@ FIGURES: tuple[Figure, ...] = (
         "Graphcore, 'Scaling computer vision training on the IPU' (Lakshmi Krishnan's talk): "
         "'about 26,000 images per second' on a Pod16 with TensorFlow; the configuration is "
         "that of graphcore/examples vision/cnns/pytorch configs.yml resnet50_mk2: 18 images "
-        "per replica, 16 replicas, batch norm, 16.16, gradient accumulation 57, 8-bit IO",
-        resnet50_figure(Target.mk2(), 16, RESNET_MICRO_BATCH, RESNET_ACCUMULATION),
+        "per replica, 16 replicas, batch norm, 16.16, gradient accumulation 57, 8-bit IO, "
+        "its recomputation checkpoints and available memory proportion 0.16",
+        resnet50_figure(Target.mk2(), 16, "resnet50_mk2"),
         "a loop over 57 micro-batches, then one gradient AllReduce, data parallel on 16 IPUs",
         **WHOLE_SYSTEM,
         ipus=16,
@@ -287,8 +286,10 @@ FIGURES: tuple[Figure, ...] = (
             f"graphcore.cn/performance-results): ResNet-50 v1.5, Bow {pod}, TensorFlow 1, "
             f"ImageNet, 16.16, batch {batch:,}, {published:,} images/s; the batch is {ipus} "
             f"replicas x {BOW_RESNET_MICRO_BATCH} images x {batch // (ipus * 20)} accumulated "
-            "micro-batches (graphcore/examples vision/cnns tensorflow1 configs)",
-            resnet50_figure(Target.bow(), ipus, BOW_RESNET_MICRO_BATCH, batch // (ipus * 20)),
+            "micro-batches (graphcore/examples vision/cnns tensorflow1 configs.yml "
+            "resnet50_mlperf_pod16_bs20 and _pod64_bs20, with their recomputation checkpoints "
+            "(the configs' splits) and available memory proportions 0.15 and 0.145)",
+            resnet50_figure(Target.bow(), ipus, "resnet50_bow"),
             f"a loop over {batch // (ipus * 20)} micro-batches, then one gradient AllReduce, "
             f"data parallel on {ipus} IPUs",
             **WHOLE_SYSTEM,
@@ -419,15 +420,25 @@ _FOOTER = """
   on the IPU for MLPerf", January 2022): its configuration differs from the example's.
 - The Bow ResNet-50 rows across Pod sizes: Graphcore's throughput per IPU falls 14% from a
   Pod16 to a Pod64 and 37% to a Pod256; ipujax's falls 15% and 16%. One micro-batch's step
-  (about 8.7 ms for 20 images with elementwise chains fused, reshapes read through and
+  (about 8.9 ms for 20 images with elementwise chains fused, reshapes read through and
   reductions' epilogues joined, reductions where their operands lie and later micro-batches'
-  images fetched during the one before) is still above the
+  images fetched during the one before) is above the
   about 7 ms that fitting step = micro-batches x micro-batch + AllReduce to the three
   published figures implies; its convolutions' exchange (about 2 ms) is most of the rest. The
   Pod256 reads high because its gradients' AllReduce runs level by level across the Pod64s
   (docs/target.md, "IPU-Links and systems") in 3.4 ms, where the fit implies about 10 ms;
   what else a Pod256 pays (the host's feeding of 425,000 images a second over 64 hosts, the
   Gateway-Links' latency) is not modelled.
+- The ResNet-50 rows run Graphcore's own memory settings: each config's recomputation
+  checkpoints (`examples/resnet/workloads.py`, `PYTORCH_CHECKPOINTS` and `TF1_CHECKPOINTS`)
+  and its `available_memory_proportion` (0.16 on the MK2, 0.15 and 0.145 on the Bow Pods).
+  With every block recomputed from its input and the default proportion (0.6), the Bow step
+  did not fit (723,848 B on its fullest tile: the stem's three 21.8 KB tensors and 16 block
+  checkpoints kept, with 175 KB of a 1x1 convolution's operand blocks and partials on top);
+  with the config's settings it fits, at 597,204 B (Pod16) and 609,192 B (Pod64, Pod256).
+  Both configs also ask for half-precision partials (`enable_half_partials`, `half_partial`),
+  which ipujax does not model: its partials stay f32, so its matmul temporaries are if
+  anything larger than Poplar's.
 - Graphcore's packed BERT-Large figures (PopART 6,044 and PyTorch 5,592 sequences/s on a Bow
   Pod16, 22,759 and 18,494 on a Bow Pod64, SDK 3.1) count the sequences in packs of up to 3 per
   128 tokens (packing factor about 1.17); the rows above are the unpacked runs.

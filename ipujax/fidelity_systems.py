@@ -35,39 +35,43 @@ def example(path: str) -> ModuleType:
     return sys.modules[name]
 
 
-RESNET_MICRO_BATCH, RESNET_ACCUMULATION = 18, 57  # Graphcore's resnet50_mk2 config
-# Graphcore's Bow ResNet-50 figures (TensorFlow 1, pre-SDK 2.5): 20 images per replica and
-# micro-batch, batches of 1,920 on a Pod16, 2,560 on a Pod64 and 10,240 on a Pod256.
+# Graphcore's ResNet-50 configs, as examples/resnet/workloads.py records them (`GraphcoreRun`):
+# PyTorch resnet50_mk2 on an MK2 Pod16; TensorFlow 1 resnet50_mlperf_pod16_bs20 and _pod64_bs20
+# behind the Bow figures: 20 images per replica and micro-batch, batches of 1,920 on a Pod16,
+# 2,560 on a Pod64 and 10,240 on a Pod256 (the Pod64 config on 256 replicas).
 BOW_RESNET_MICRO_BATCH = 20
 
 
-def resnet50_figure(
-    target: Target, replicas: int, micro_batch: int, accumulation: int
-) -> Callable[[], tuple[float, str]]:
-    """ResNet-50 training, data parallel over `replicas` IPUs as Graphcore's configs ran it:
-    `micro_batch` images per replica and micro-batch, batch norm over each replica's own batch,
-    fp16, SGD with momentum, 8-bit images, blocks recomputed, `accumulation` micro-batches'
-    gradients summed per update. The whole step is compiled (cost only): a loop over the
-    micro-batches, each IPU's gradients carried as partial sums and reduced once after it,
-    then the update; images per second = accumulation x micro-batch x replicas / the step's
-    seconds."""
+def resnet50_figure(target: Target, replicas: int, factory: str) -> Callable[[], tuple[float, str]]:
+    """ResNet-50 training, data parallel over `replicas` IPUs as Graphcore's configs ran it
+    (the workload `factory`: `resnet50_mk2` or `resnet50_bow`): its micro-batch of images per
+    replica, batch norm over each replica's own batch, fp16, SGD with momentum, 8-bit images,
+    recomputation from the config's checkpoints, its available memory proportion, and its
+    micro-batches' gradients summed per update.
+    The whole step is compiled (cost only): a loop over the micro-batches, each IPU's
+    gradients carried as partial sums and reduced once after it, then the update; images per
+    second = accumulation x micro-batch x replicas / the step's seconds."""
 
     def figure() -> tuple[float, str]:
         workloads = example("resnet/workloads.py")
         data_parallel = workloads.sharding.KNOWN_AXES[0]  # the axis the example splits over
         mesh = make_mesh((replicas,), (data_parallel,), target=target)
-        fun, args, kwargs = workloads.resnet50(
-            mesh, batch_per_replica=micro_batch, accumulation=accumulation
-        )
+        fun, args, kwargs = getattr(workloads, factory)(mesh)
         compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
         report = compiled.cost_report()
-        images = accumulation * micro_batch * replicas
-        return images / report.seconds, _resnet_derivation(report, micro_batch, accumulation)
+        accumulation, micro_batch = args[3].shape[:2]  # images [accumulation, batch, ...]
+        images = accumulation * micro_batch  # over the replicas: the global batch
+        proportion = kwargs["mesh"].target.available_memory_proportion
+        per_replica = micro_batch // replicas
+        derivation = _resnet_derivation(report, factory, accumulation, per_replica, proportion)
+        return images / report.seconds, derivation
 
     return figure
 
 
-def _resnet_derivation(report: CostReport, micro_batch: int, accumulation: int) -> str:
+def _resnet_derivation(
+    report: CostReport, factory: str, accumulation: int, micro_batch: int, proportion: float
+) -> str:
     split = report.time_split()
     images = accumulation * micro_batch * report.ipus
     per_micro = {
@@ -78,14 +82,16 @@ def _resnet_derivation(report: CostReport, micro_batch: int, accumulation: int) 
     (route,) = {c.why.rsplit("; over ", 1)[-1] for c in report.collectives} or {"no links"}
     return (
         f"the step is a loop over {accumulation} micro-batches of {micro_batch} images per IPU, "
+        f"recomputed from the config's checkpoints, matmuls planned within "
+        f"{proportion:g} of a tile, "
         f"{sum(per_micro.values()):.2f} ms each on average ({parts}, the host IO that of the "
         f"8-bit images), then the gradients' AllReduce {split['collectives'] * 1e3:.2f} ms once, "
         f"after the loop, over {route}, and the update; peak tile memory "
         f"{report.peak_tile_bytes:,} of {report.bytes_per_tile:,} B (fits: "
         f"{'yes' if report.fits else 'no'}). {images:,} images / {report.seconds * 1e3:.1f} ms "
         f"= {images / report.seconds:,.0f} images/s. `ipujax cost-report "
-        f"examples/resnet/workloads.py:resnet50 --mesh dp={report.ipus} --target "
-        f"{report.target}` shows one micro-batch's step."
+        f"examples/resnet/workloads.py:{factory} --mesh dp={report.ipus} --target "
+        f"{report.target}` shows it."
     )
 
 

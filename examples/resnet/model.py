@@ -20,7 +20,9 @@ that `train.py` runs and `workloads.py` costs.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -287,42 +289,97 @@ def block(
     return jax.nn.relu(y + shortcut), new
 
 
+Remat = bool | Sequence[str]  # every block, or the blocks whose outputs are checkpoints
+
+
 def forward(
     params: Params,
     bn_state: Params,
     images: jax.Array,
     config: Config,
     train: bool = True,
-    remat: bool = False,
+    remat: Remat = False,
     replicas: int = 1,
 ) -> tuple[jax.Array, Params]:
     """Logits [batch, classes] for images [batch, H, W, C], and the updated running statistics.
     Images of 8-bit integers (Graphcore's 8-bit host IO) are scaled to [0, 1] on the device.
     Batch norm normalises each of `replicas` shares of the batch by its own statistics
-    (`batch_norm`). With `remat`, each residual block is recomputed in the backward pass
-    (`jax.checkpoint`), so
-    only the blocks' inputs are kept between forward and backward, as Graphcore's ResNet-50
-    keeps only its recompute checkpoints at the residual additions."""
-    layer = jax.checkpoint(block, static_argnums=(3, 4, 5)) if remat else block
+    (`batch_norm`). `remat` says what the backward pass recomputes (`segments`): with True,
+    each residual block, from its input; with block names (`block_names`), only those blocks'
+    outputs are kept as checkpoints and each run of units between two of them is recomputed
+    from the checkpoint before it, as Graphcore's configurations name their recomputation
+    checkpoints (`workloads.py`)."""
     x = images.astype(config.dtype)
     if images.dtype == jnp.uint8:
         x = x * jnp.asarray(1 / 255, config.dtype)
-    with jax.named_scope("stem"):
-        stride = config.stem_stride
-        x, stem = conv_bn(x, params["stem"], bn_state["stem"], stride, train, replicas)
-        x = max_pool(jax.nn.relu(x), config.pool_window, config.pool_stride, config.pool_padding)
-    stages = []
-    for s, (blocks, states) in enumerate(zip(params["stages"], bn_state["stages"], strict=True)):
-        new = []
-        for b, (p, st) in enumerate(zip(blocks, states, strict=True)):
-            with jax.named_scope(f"stage{s + 1}/block{b}"):
-                x, updated = layer(x, p, st, _stride(s, b), train, replicas)
-            new.append(updated)
-        stages.append(new)
+    new: dict[str, Params] = {}
+    for names, recomputed in segments(config, remat):
+        run = functools.partial(_run_units, names, config, train=train, replicas=replicas)
+        p, s = [_of(params, n) for n in names], [_of(bn_state, n) for n in names]
+        x, updated = (jax.checkpoint(run) if recomputed else run)(x, p, s)
+        new.update(zip(names, updated, strict=True))
     with jax.named_scope("head"):
         pooled = jnp.mean(x.astype(wide(x.dtype)), axis=(1, 2)).astype(x.dtype)
         logits = pooled @ params["head"]["w"] + params["head"]["b"]
-    return logits, {"stem": stem, "stages": stages}
+    stages = [
+        [new[f"stage{s + 1}/block{b}"] for b in range(n)] for s, n in enumerate(config.blocks)
+    ]
+    return logits, {"stem": new["stem"], "stages": stages}
+
+
+def segments(config: Config, remat: Remat) -> list[tuple[list[str], bool]]:
+    """The units (the stem, then the blocks) in runs, and whether the backward pass recomputes
+    each run. Without remat, one run kept whole; with True, the stem kept and each block
+    recomputed; with checkpoint names, a run ends at each checkpoint and every run but the last
+    is recomputed (the last, which the backward pass reads first, is kept whole)."""
+    names = ["stem", *block_names(config)]
+    if remat is True:
+        return [(["stem"], False), *(([name], True) for name in names[1:])]
+    if not remat:
+        return [(names, False)]
+    unknown = sorted(set(remat) - set(names[1:]))
+    if unknown:
+        raise ValueError(f"recomputation checkpoints {unknown} are not blocks of this ResNet")
+    runs: list[tuple[list[str], bool]] = [([], True)]
+    for name in names:
+        runs[-1][0].append(name)
+        if name in remat and name != names[-1]:
+            runs.append(([], True))
+    runs[-1] = (runs[-1][0], False)
+    return runs
+
+
+def _of(tree: Params, name: str) -> Params:
+    """A unit's parameters (or statistics) by its name: 'stem' or 'stage{s}/block{b}'."""
+    if name == "stem":
+        return tree["stem"]
+    stage, index = name.removeprefix("stage").split("/block")
+    return tree["stages"][int(stage) - 1][int(index)]
+
+
+def _run_units(
+    names: list[str],
+    config: Config,
+    x: jax.Array,
+    ps: list[Params],
+    ss: list[Params],
+    *,
+    train: bool,
+    replicas: int,
+) -> tuple[jax.Array, list[Params]]:
+    """The units `names` in order, each under its named scope; their updated statistics."""
+    updated = []
+    for name, p, s in zip(names, ps, ss, strict=True):
+        with jax.named_scope(name):
+            if name == "stem":
+                x, new = conv_bn(x, p, s, config.stem_stride, train, replicas)
+                window, stride = config.pool_window, config.pool_stride
+                x = max_pool(jax.nn.relu(x), window, stride, config.pool_padding)
+            else:
+                stage, index = (int(i) for i in name.removeprefix("stage").split("/block"))
+                x, new = block(x, p, s, _stride(stage - 1, index), train, replicas)
+        updated.append(new)
+    return x, updated
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -339,7 +396,7 @@ def loss_fn(
     images: jax.Array,
     labels: jax.Array,
     config: Config,
-    remat: bool = False,
+    remat: Remat = False,
     replicas: int = 1,
 ) -> tuple[jax.Array, Params]:
     """The training loss and the updated running statistics (value_and_grad's aux)."""
@@ -394,7 +451,7 @@ def init_optimizer(
 def make_train_step(
     optimizer: optax.GradientTransformation,
     config: Config,
-    remat: bool = False,
+    remat: Remat = False,
     replicas: int = 1,
     accumulation: int = 1,
 ) -> Any:

@@ -128,3 +128,48 @@ def test_per_replica_batch_norm_with_accumulation_equals_jax_jit_on_dp4(
     moments = {f"model.py:{n}" for n in range(first, first + len(lines))}
     sources = {c.source.rsplit("/", 1)[-1] for c in compiled.cost_report().collectives}
     assert sources and not sources & moments, sources
+
+
+def test_recomputation_runs_end_at_the_checkpoints(resnet: SimpleNamespace) -> None:
+    model = resnet.model
+    config = model.resnet50_config()
+    # Graphcore's TensorFlow 1 splits: seven runs, every one recomputed but the last, the stem
+    # with the first block; the last run reaches the end of the network.
+    runs = model.segments(config, resnet.workloads.TF1_CHECKPOINTS)
+    checkpoints = resnet.workloads.TF1_CHECKPOINTS
+    assert [names[-1] for names, _ in runs] == [*checkpoints, "stage4/block2"]
+    assert runs[1][0] == ["stage1/block1", "stage1/block2"]  # unit2 and unit3, recomputed
+    assert runs[0][0] == ["stem", "stage1/block0"]
+    assert [recomputed for _, recomputed in runs] == [True] * 6 + [False]
+    assert sum(len(names) for names, _ in runs) == 1 + 16
+    # True: the stem kept, each block recomputed alone; False: one run, kept whole.
+    every = model.segments(config, True)
+    assert every[0] == (["stem"], False) and len(every) == 17
+    assert all(recomputed and len(names) == 1 for names, recomputed in every[1:])
+    assert model.segments(config, False) == [(["stem", *model.block_names(config)], False)]
+    with pytest.raises(ValueError, match="stage9/block0"):
+        model.segments(config, ("stage9/block0",))
+
+
+@pytest.mark.parametrize("remat", [True, ("stage1/block0",), ("stage2/block0", "stage3/block0")])
+def test_checkpointed_gradients_equal_jax_jit(resnet: SimpleNamespace, remat: object) -> None:
+    config = resnet.model.small_config()
+    params, bn_state = resnet.model.init(config, jax.random.key(0))
+    images, labels = batch(2)
+
+    def loss(p: object, s: object, x: jax.Array, y: jax.Array) -> object:
+        return resnet.model.loss_fn(p, s, x, y, config, remat)
+
+    fun = jax.value_and_grad(loss, has_aux=True)
+    got = ipujax.jit(fun, mesh=one_ipu())(params, bn_state, images, labels)
+    want = jax.jit(fun)(params, bn_state, images, labels)
+    plain = jax.jit(jax.value_and_grad(lambda *a: resnet.model.loss_fn(*a, config), has_aux=True))
+    for a, b, c in zip(
+        jax.tree.leaves(got),
+        jax.tree.leaves(want),
+        jax.tree.leaves(plain(params, bn_state, images, labels)),
+        strict=True,
+    ):
+        # to rounding: the recomputed forward's sums may be split over tiles otherwise
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(b), np.asarray(c), rtol=1e-5, atol=1e-6)

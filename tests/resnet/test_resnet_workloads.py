@@ -3,6 +3,7 @@ the data-parallel shardings of the mesh they are given."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 
 import ipujax
 
-NAMES = ["resnet50", "small"]
+NAMES = ["resnet50", "resnet50_mk2", "resnet50_bow", "small"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -94,3 +95,32 @@ def test_small_compiles_data_parallel_without_gathers(resnet: SimpleNamespace) -
     assert compiled.replica_axes == ("dp",)
     assert {c.kind for c in report.collectives} == {"all_reduce"}
     assert {c.axes for c in report.collectives} == {("dp",)}
+
+
+def test_graphcores_bow_configuration_fits(resnet: SimpleNamespace) -> None:
+    # resnet50_mlperf_pod16_bs20 (TensorFlow 1): 20 images per replica and micro-batch, 6
+    # accumulated, recomputed from its pipeline splits, matmuls planned within 0.15 of a tile.
+    # With each block recomputed and the default proportion (0.6) the same step needs
+    # 723,848 B on its fullest tile: three 21.8 KB stem tensors kept, 16 checkpoints, and 175 KB
+    # of a 1x1 convolution's operand blocks and partials on top of them.
+    mesh = ipujax.make_mesh((16,), ("dp",), target=ipujax.Target.bow())
+    fun, args, jit_kwargs = resnet.workloads.resnet50_bow(mesh)
+    assert args[3].shape == (6, 16 * 20, 224, 224, 3)
+    assert jit_kwargs["mesh"].target.available_memory_proportion == 0.15
+    assert jit_kwargs["mesh"].axis_shapes == (16,) and jit_kwargs["mesh"].system == mesh.system
+    report = ipujax.jit(fun, **jit_kwargs).lower(*args).compile().cost_report()
+    assert report.fits and report.peak_tile_bytes <= 638_976
+
+
+def test_the_configs_graphcore_ran(resnet: SimpleNamespace) -> None:
+    w = resnet.workloads
+    mesh = ipujax.make_mesh((64,), ("dp",), target=ipujax.Target.bow())
+    _, args, jit_kwargs = w.resnet50_bow(mesh)  # the Pod64 config on more than 16 replicas
+    assert args[3].shape == (2, 64 * 20, 224, 224, 3)
+    assert jit_kwargs["mesh"].target.available_memory_proportion == 0.145
+    _, args, jit_kwargs = w.resnet50_mk2()  # one IPU without a mesh: the config's proportion
+    assert args[3].shape == (57, 18, 224, 224, 3)
+    assert jit_kwargs["mesh"].target == dataclasses.replace(
+        ipujax.Target.mk2(), available_memory_proportion=0.16
+    )
+    assert w.MK2_POD16.checkpoints == w.PYTORCH_CHECKPOINTS
