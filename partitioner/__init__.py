@@ -54,6 +54,7 @@ from partitioner.step.trips import (
 )
 from partitioner.target import Target
 from partitioner.tiles.rules import TILE_RULES
+from partitioner.tiles.rules.whole import whole_kernel
 from partitioner.verify import verify_dataflow
 
 __all__ = [
@@ -114,5 +115,6 @@ __all__ = [
     "user_shardings",
     "varying_over",
     "verify_dataflow",
+    "whole_kernel",
     "without_axis",
 ]

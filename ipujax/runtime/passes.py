@@ -1,7 +1,11 @@
 """The runtime's passes, in order, in one place: rewrites of the per-IPU program that change how
 the simulator computes its values on the CPU, never what the IPU is charged, and never what the
-values are but under `numerics="ipu"`, where the last rounds as the IPU would.
+values are but in the order of their additions (jax.jit's under `numerics="exact"`) or under
+`numerics="ipu"`, where the last rounds as the IPU would.
 
+    whole_sums     (numerics "exact" only) each reduction, alone or ending a fused chain, runs
+                   as the op itself, adding in XLA's order as jax.jit does, not in the order
+                   its split over tiles adds (`whole_sums`)
     fuse_sums      (IPUs held on one device) an all-reduce of a contraction runs as one
                    contraction of every IPU's operands laid end to end (`fused_sums`)
     pass_scalars   a broadcast scalar read by a binary op or a comparison is handed to it as
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from ipujax.runtime.fused_sums import fuse_sums
 from ipujax.runtime.scalar_operands import pass_scalars
 from ipujax.runtime.stochastic import round_stochastically
+from ipujax.runtime.whole_sums import whole_sums
 from lowering import Value
 from partitioner import Program, verify_dataflow
 
@@ -37,6 +42,10 @@ class Placement:
     local_axes: Collection[str] = ()
     varying: Mapping[Value, frozenset[str]] | None = None
     numerics: str = "exact"  # "ipu": the IPU's stochastic rounding (`stochastic`)
+
+
+def _whole_sums(program: Program, placement: Placement) -> Program:
+    return whole_sums(program) if placement.numerics == "exact" else program
 
 
 def _fuse_sums(program: Program, placement: Placement) -> Program:
@@ -56,6 +65,7 @@ def _round_stochastically(program: Program, placement: Placement) -> Program:
 
 
 RUNTIME_PASSES: tuple[tuple[str, Callable[[Program, Placement], Program]], ...] = (
+    ("whole_sums", _whole_sums),
     ("fuse_sums", _fuse_sums),
     ("pass_scalars", _pass_scalars),
     ("round_stochastically", _round_stochastically),

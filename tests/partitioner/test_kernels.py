@@ -1,6 +1,8 @@
 """Kernels on tensors in logical order: the parts of a tile split that can change a value are
 kept (a reduction's two stages over uneven runs, f32 matmul partials), and an all-reduce over
-IPUs held on one device (gathered and added pairwise) equals jax's collective."""
+IPUs held on one device (gathered and added pairwise) equals jax's collective. The staged
+reductions run under `numerics="ipu"`; under "exact" the runtime reduces in one go
+(`runtime/whole_sums`), as jax.jit does."""
 
 from __future__ import annotations
 
@@ -41,15 +43,18 @@ def _staged(compiled: Any) -> list[int]:
 
 
 @pytest.mark.filterwarnings("ignore::ipujax.HostBoundWarning")  # about the kernels
+@pytest.mark.parametrize("numerics", ["exact", "ipu"])
 @pytest.mark.parametrize("name", list(REDUCTIONS))
-def test_split_reductions_equal_jax_jit(name: str) -> None:
+def test_split_reductions_equal_jax_jit(name: str, numerics: str) -> None:
     fun = REDUCTIONS[name]
-    compiled = ipujax.jit(fun).lower(X).compile()  # a Bow IPU: spare tiles split the depth
+    # a Bow IPU: spare tiles split the depth
+    compiled = ipujax.jit(fun, numerics=numerics).lower(X).compile()
     assert max(_staged(compiled)) >= 2 or name == "int sum over rows"
     expected = jax.jit(fun)(X)
-    ours = compiled(X)
-    if np.issubdtype(np.asarray(expected).dtype, np.integer):
-        np.testing.assert_array_equal(ours, expected)
+    with ipujax.numerics_key(jax.random.key(0)):
+        ours = compiled(X)
+    if numerics == "exact" or np.issubdtype(np.asarray(expected).dtype, np.integer):
+        np.testing.assert_array_equal(ours, expected)  # XLA's order of additions: jax.jit's
     else:
         np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-4)
 
@@ -114,11 +119,13 @@ def reductions(draw: st.DrawFn) -> tuple[np.ndarray, tuple[int, ...], str, int]:
 @given(reductions())
 def test_reductions_split_any_way_equal_jax_jit(case: tuple) -> None:
     """Whatever the kept and reduced dims and however the tiles split them (uneven runs
-    included), the staged reduction is jax.jit's to rounding; argmax exactly."""
+    included), the staged reduction (`numerics="ipu"`: no float16 here to round) is jax.jit's
+    to rounding; argmax exactly."""
     x, axes, kind, tiles = case
     fun = lambda x: REDUCERS[kind](x, axes)  # noqa: E731
     the_mesh = ipujax.make_mesh((1,), ("ipu",), target=ipujax.Target.bow().with_tiles(tiles))
-    ours = ipujax.jit(fun, mesh=the_mesh)(x)
+    with ipujax.numerics_key(jax.random.key(0)):
+        ours = ipujax.jit(fun, mesh=the_mesh, numerics="ipu")(x)
     expected = jax.jit(fun)(x)
     if kind == "argmax":
         np.testing.assert_array_equal(ours, expected)
