@@ -29,6 +29,7 @@ from lowering.evaluator import (
     run_op,
 )
 from lowering.fusion import FUSION, fuse_elementwise, fusible, members, scalar_operand
+from lowering.import_reuse import imports_reused
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, op_reads, producers, walk
@@ -89,6 +90,7 @@ __all__ = [
     "free_values",
     "fuse_elementwise",
     "fusible",
+    "imports_reused",
     "infer_types",
     "interpret",
     "local_mesh_axes",

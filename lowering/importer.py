@@ -20,6 +20,7 @@ from lowering import locations
 from lowering.callbacks import host_callbacks, lowered_host_callbacks, refuse_ordered
 from lowering.dtypes import numpy_dtype
 from lowering.errors import LoweringError, UnsupportedFeatureError, UnsupportedOpError
+from lowering.import_reuse import imported
 from lowering.import_rules import IMPORT_RULES
 from lowering.ir import Graph, Op, Value
 from lowering.library_ops import custom_call_detail, op_name
@@ -145,8 +146,13 @@ def lower(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Graph:
     lowered = jax.jit(fun, keep_unused=True).lower(*args, **kwargs)
     module: Any = lowered.compiler_ir("stablehlo")
     refuse_ordered(lowered, module)
-    with host_callbacks(lowered_host_callbacks(lowered)):
-        graph = _Importer(module).main()
+    callbacks = tuple(lowered_host_callbacks(lowered))
+
+    def make() -> Graph:
+        with host_callbacks(callbacks):
+            return _Importer(module).main()
+
+    graph = imported(lowered, callbacks, make)
     return Graph(
         inputs=graph.inputs,
         outputs=graph.outputs,

@@ -1,0 +1,61 @@
+"""Imports kept for lowerings that would make them again, inside a `with imports_reused():`
+block (the plan search's): the search lowers one model once per mesh, and most meshes give the
+same StableHLO module (BERT-Large on a Pod16: 10 full-depth lowerings, 4 distinct modules), each
+of which took as long to import as jax took to lower it.
+
+A module is known by its text, locations included (everything the importer reads), so a kept
+`Graph` is exactly what importing the module again would make. A module with host callbacks is
+never kept: its graph holds that lowering's Python functions. Outside a block nothing is kept
+and no text is made, so a user's compile pays nothing for this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from lowering.ir import Graph
+
+
+@dataclass
+class KeptImports:
+    """Imported graphs by their module's digest; `made` and `reused` count misses and hits."""
+
+    graphs: dict[bytes, Graph] = field(default_factory=dict)
+    made: int = 0
+    reused: int = 0
+
+    def get(self, text: str, make: Callable[[], Graph]) -> Graph:
+        key = hashlib.blake2b(text.encode(), digest_size=20).digest()
+        if key in self.graphs:
+            self.reused += 1
+            return self.graphs[key]
+        self.made += 1
+        graph = self.graphs[key] = make()
+        return graph
+
+
+_ACTIVE: ContextVar[KeptImports | None] = ContextVar("lowering_import_reuse", default=None)
+
+
+@contextlib.contextmanager
+def imports_reused() -> Iterator[KeptImports]:
+    """Within the block, a module imported once is not imported again."""
+    store = KeptImports()
+    token = _ACTIVE.set(store)
+    try:
+        yield store
+    finally:
+        _ACTIVE.reset(token)
+
+
+def imported(lowered: Any, callbacks: tuple[Any, ...], make: Callable[[], Graph]) -> Graph:
+    """`make()`, or within an `imports_reused` block the graph it made for the same module."""
+    store = _ACTIVE.get()
+    if store is None or callbacks:
+        return make()
+    return store.get(lowered.as_text(debug_info=True), make)

@@ -1,0 +1,53 @@
+"""Imports kept inside `imports_reused()` (`lowering/import_reuse`): a module lowered again, by
+another function object making the same program, reuses the graph imported the first time;
+another program, a program with a host callback, and anything outside the block are imported
+afresh. The plan search's rankings with and without reuse are compared in
+tests/ipujax/test_plan_reuse.py."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lowering import imports_reused, interpret, lower
+
+X = jax.ShapeDtypeStruct((4, 8), jnp.float32)
+
+
+def _make(scale: float):
+    def step(x: jax.Array) -> jax.Array:  # a new function object each time
+        return jnp.tanh(x * scale).sum(axis=0)
+
+    return step
+
+
+def _lowered(*steps, x=X) -> list:
+    # one call site: jax locates what a lowering makes at its caller's line and column
+    return [lower(step, x) for step in steps]
+
+
+def test_the_same_module_is_imported_once() -> None:
+    with imports_reused() as kept:
+        # another function object making the same program, then another constant
+        first, again, other = _lowered(_make(2.0), _make(2.0), _make(3.0))
+        (wider,) = _lowered(_make(2.0), x=jax.ShapeDtypeStruct((4, 9), jnp.float32))
+    assert again.ops is first.ops and again.inputs is first.inputs
+    assert other.ops is not first.ops and wider.ops is not first.ops
+    assert (kept.made, kept.reused) == (3, 1)
+    # outside the block, nothing is kept
+    assert _lowered(_make(2.0))[0].ops is not first.ops
+    x = np.arange(32, dtype=np.float32).reshape(4, 8) / 32
+    (got,) = interpret(again, [x])
+    np.testing.assert_array_equal(got, jax.jit(_make(2.0))(x))
+
+
+def test_a_module_with_a_host_callback_is_not_kept() -> None:
+    def step(x: jax.Array) -> jax.Array:
+        y = jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        return y * 2
+
+    with imports_reused() as kept:
+        first, again = _lowered(step, step)
+    assert again.ops is not first.ops
+    assert (kept.made, kept.reused) == (0, 0)
