@@ -6,8 +6,6 @@ micro-batches summed by a scan) on a Bow Pod256, compiled for cost only in a fre
 
 from __future__ import annotations
 
-import statistics
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 from gpt3 import costed
 from jax.sharding import PartitionSpec as P
-from measuring import PEAK_MEMORY, log, max_abs_diff, run_child, timed
+from measuring import PEAK_MEMORY, log, run_child
 from programs import bow, workloads
 from results import Section, goal, markdown_table, mib
 from setups import MeshSpec, Setup
-from timing import MeshRun
+from timing import FIRST_CALL_COLUMNS, MeshRun, first_call_cells, first_calls
 
 import ipujax
 
@@ -123,28 +121,6 @@ def scan_programs(setup: Setup) -> tuple[ScanProgram, ...]:
     return scan_mlp(layers, width, batch), scan_transformer(**setup.scan_transformer)
 
 
-def compile_both(program: ScanProgram, mesh: ipujax.Mesh, result: MeshRun) -> None:
-    """A fresh gradient function compiled and called once by jax.jit, then by ipujax.jit with
-    the batch split over the mesh's dp axis; the times go into `result`."""
-    args = program.args
-    seconds, executable = timed(lambda: jax.jit(program.fresh()).lower(*args).compile(), False)
-    result.jax_compile.append(seconds)
-    first, theirs = timed(lambda: executable(*args))
-    result.jax_first.append(first)
-    jitted = ipujax.jit(program.fresh(), mesh=mesh, in_shardings=(None, P("dp")))
-    with warnings.catch_warnings():
-        # The weights cross from the host on every call, which the cost report flags; only the
-        # compile's seconds matter here.
-        warnings.simplefilter("ignore", ipujax.HostBoundWarning)
-        lower, lowered = timed(lambda: jitted.lower(*args), block=False)
-        compile_, compiled = timed(lowered.compile, block=False)
-    first, ours = timed(lambda: compiled(*args))
-    result.ipujax_lower.append(lower)
-    result.ipujax_compile.append(compile_)
-    result.ipujax_first.append(first)
-    result.diff = max_abs_diff(ours, theirs)
-
-
 def measure_scan(setup: Setup, program: ScanProgram) -> MeshRun:
     """`setup.compiles` fresh compiles and first calls of each side, the two alternating."""
     spec = MeshSpec((setup.scan_ipus,), ("dp",))
@@ -152,7 +128,7 @@ def measure_scan(setup: Setup, program: ScanProgram) -> MeshRun:
     result = MeshRun(spec)
     for i in range(setup.compiles):
         log(f"loops: {program.label}: compile {i + 1} of {setup.compiles}, each side")
-        compile_both(program, mesh, result)
+        first_calls(program.fresh, program.args, mesh, (None, P("dp")), result)
     log(
         f"loops: {program.label}: ipujax {result.ipujax_first_call:.2f} s, "
         f"jax.jit {result.jax_first_call:.2f} s, max |diff| {result.diff:.1e}"
@@ -179,12 +155,7 @@ def measure_popxl(setup: Setup) -> dict[str, Any]:
 HEADER = (
     "program",
     "mesh",
-    "ipujax lower s",
-    "compile s",
-    "first call s",
-    "ipujax total s",
-    "jax.jit total s",
-    "ratio",
+    *FIRST_CALL_COLUMNS,
     "goal",
     "peak MiB",
     "simulated step",
@@ -194,17 +165,11 @@ HEADER = (
 
 
 def scan_row(program: ScanProgram, run: MeshRun) -> tuple[str, ...]:
-    median = statistics.median
     met = goal(run.first_call_ratio <= SCAN_RATIO_GOAL)
     return (
         f"{program.label}, gradient",
         run.mesh.label,
-        f"{median(run.ipujax_lower):.2f}",
-        f"{median(run.ipujax_compile):.2f}",
-        f"{median(run.ipujax_first):.2f}",
-        f"{run.ipujax_first_call:.2f}",
-        f"{run.jax_first_call:.2f}",
-        f"{run.first_call_ratio:.2f}",
+        *first_call_cells(run),
         f"ratio <= {SCAN_RATIO_GOAL:g}: {met}",
         "-",
         "-",

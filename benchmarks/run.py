@@ -10,6 +10,8 @@ sections, any subset of which `--only` picks:
   difference between their outputs.
 * compile: ipujax's lower + compile + first call (the runtime's XLA compile happens then) minus
   one warm call, against `jax.jit(step).lower(*args).compile()`.
+* ecosystem: the first call of the flax and equinox models of tests/ecosystem through
+  `ipujax.jit` against `jax.jit`'s, on the run section's meshes.
 * spmd: XLA's SPMD partitioner on the same step and PartitionSpecs, over 4 and 64 forced host
   devices in a child process each: its warm call and its collective bytes per device, beside
   ipujax's per IPU (counted as `spmd_compare.py` counts them).
@@ -65,6 +67,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from cnn import cnn_section  # noqa: E402
+from ecosystem import ecosystem_section  # noqa: E402
 from fidelity import fidelity_section  # noqa: E402
 from gpt3 import child_cost, gpt3_section  # noqa: E402
 from loops import child_popxl, loops_section  # noqa: E402
@@ -86,7 +89,18 @@ from spmd import child_xla, spmd_section  # noqa: E402
 from spmd_compare import REPO  # noqa: E402
 from timing import compile_section, measure_mesh, run_section  # noqa: E402
 
-SECTIONS = ("run", "compile", "spmd", "gpt3", "memory", "cnn", "loops", "plan", "fidelity")
+SECTIONS = (
+    "run",
+    "compile",
+    "ecosystem",
+    "spmd",
+    "gpt3",
+    "memory",
+    "cnn",
+    "loops",
+    "plan",
+    "fidelity",
+)
 CHILDREN: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "xla": child_xla,
     "cost": child_cost,
@@ -111,6 +125,7 @@ def measure(
     builders: dict[str, Callable[[], Section]] = {
         "run": lambda: run_section(runs, repeats),
         "compile": lambda: compile_section(runs, setup.compiles),
+        "ecosystem": lambda: ecosystem_section(setup),
         "spmd": lambda: spmd_section(setup, [r for r in runs if r.mesh.ipus > 1], repeats),
         "gpt3": lambda: gpt3_section(setup),
         "memory": lambda: memory_section(setup),
@@ -123,7 +138,7 @@ def measure(
     for name in (n for n in SECTIONS if n in only):
         start = time.perf_counter()
         sections.append(builders[name]())
-        if name in ("spmd", "gpt3", "memory", "cnn", "loops", "plan", "fidelity"):
+        if name not in ("run", "compile"):
             timings[name] = time.perf_counter() - start
         print(f"\n## {sections[-1].title}\n\n{sections[-1].table}", flush=True)
         for note in sections[-1].notes:

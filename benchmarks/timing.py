@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,57 @@ def compile_both(step: GptStep, mesh: ipujax.Mesh, result: MeshRun) -> tuple[Any
     result.ipujax_first.append(first)
     result.jax_first.append(timed(lambda: executable(*args))[0])
     return executable, compiled
+
+
+# The columns of a first call's figures in a table, and a run's cells under them.
+FIRST_CALL_COLUMNS = (
+    "ipujax lower s",
+    "compile s",
+    "first call s",
+    "ipujax total s",
+    "jax.jit total s",
+    "ratio",
+)
+
+
+def first_call_cells(run: MeshRun) -> tuple[str, ...]:
+    median = statistics.median
+    return (
+        f"{median(run.ipujax_lower):.2f}",
+        f"{median(run.ipujax_compile):.2f}",
+        f"{median(run.ipujax_first):.2f}",
+        f"{run.ipujax_first_call:.2f}",
+        f"{run.jax_first_call:.2f}",
+        f"{run.first_call_ratio:.2f}",
+    )
+
+
+def first_calls(
+    fresh: Callable[[], Callable[..., Any]],
+    args: tuple[Any, ...],
+    mesh: ipujax.Mesh,
+    in_shardings: Any,
+    result: MeshRun,
+) -> None:
+    """A fresh function (`fresh()`) compiled and called once by jax.jit, then another by
+    ipujax.jit on `mesh`; the times go into `result`, the outputs' largest difference too."""
+    seconds, executable = timed(lambda: jax.jit(fresh()).lower(*args).compile(), block=False)
+    result.jax_compile.append(seconds)
+    first, theirs = timed(lambda: executable(*args))
+    result.jax_first.append(first)
+    jitted = ipujax.jit(fresh(), mesh=mesh, in_shardings=in_shardings)
+    with warnings.catch_warnings():
+        # Small programs' weights cross from the host on every call, which the cost report
+        # flags; only the compile's seconds matter here.
+        warnings.simplefilter("ignore", ipujax.HostBoundWarning)
+        lower, lowered = timed(lambda: jitted.lower(*args), block=False)
+        compile_, compiled = timed(lowered.compile, block=False)
+    first, ours = timed(lambda: compiled(*args))
+    result.ipujax_lower.append(lower)
+    result.ipujax_compile.append(compile_)
+    result.ipujax_first.append(first)
+    diff = max_abs_diff(ours, theirs)
+    result.diff = diff if math.isnan(result.diff) else max(result.diff, diff)
 
 
 def measure_mesh(setup: Setup, step: GptStep, spec: MeshSpec, repeats: int) -> MeshRun:

@@ -49,6 +49,14 @@ def test_ipujax_agrees_with_jax(sections: dict[str, Section]) -> None:
     assert float(row["ipujax s"]) > 0 and float(row["jax.jit s"]) > 0
 
 
+def test_ecosystem_models_agree_with_jax(sections: dict[str, Section]) -> None:
+    rows = _rows(sections["ecosystem"].table)
+    assert {r["model"] for r in rows} == {"flax.linen transformer block", "equinox MLP"}
+    for row in rows:
+        assert row["mesh"] == "2 IPUs (tp=2)" and float(row["max abs diff"]) < 1e-4
+        assert float(row["ipujax total s"]) > 0 and float(row["jax.jit total s"]) > 0
+
+
 def test_spmd_counts_collectives_on_both_sides(sections: dict[str, Section]) -> None:
     (row,) = _rows(sections["spmd"].table)
     assert "all_reduce" in row["XLA collectives"] and "all_reduce" in row["ipujax collectives"]
@@ -58,15 +66,19 @@ def test_spmd_counts_collectives_on_both_sides(sections: dict[str, Section]) -> 
 
 def test_goals_are_judged(sections: dict[str, Section]) -> None:
     goals = [g for s in sections.values() for g in s.goals]
-    # run and compile one per mesh, the outputs' agreement, two for the cost-only compile, one
-    # per memory program, one for the CNN step's run time, two scans' first calls and two for
-    # GPT-3 at PopXL's batch (loops), one for the fidelity band, one per plan search
+    # run and compile one per mesh, the outputs' agreement, the two ecosystem models' first
+    # calls per mesh, two for the cost-only compile, one per memory program, one for the CNN
+    # step's run time, two scans' first calls and two for GPT-3 at PopXL's batch (loops), one
+    # for the fidelity band, one per plan search
     meshes = len(QUICK.meshes)
     plans = len(QUICK.plans)
-    assert len(goals) == 2 * meshes + 1 + 2 + len(QUICK.memory_programs) + 1 + 2 + 2 + 1 + plans
+    ecosystem = 2 * meshes
+    memory = len(QUICK.memory_programs)
+    assert len(goals) == 2 * meshes + 1 + ecosystem + 2 + memory + 1 + 2 + 2 + 1 + plans
     assert any(what.startswith("ipujax plan") for what, _ in goals)
     assert any(what.startswith("CNN run time ratio") for what, _ in goals)
     assert sum(what.startswith("scan first call ratio") for what, _ in goals) == 2
+    assert sum(what.startswith("first call ratio, equinox") for what, _ in goals) == meshes
     assert all(isinstance(met, bool) for _, met in goals)
     assert any(what.startswith("outputs agree") and met for what, met in goals)
 
