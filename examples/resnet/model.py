@@ -13,7 +13,8 @@ that `train.py` runs and `workloads.py` costs.
 - Blocks are torchvision's: basic (two 3x3 convolutions) or bottleneck (1x1, 3x3, 1x1 with 4x
   expansion, the stride on the 3x3 as in ResNet v1.5), a 1x1 projection on the shortcut when the
   shape changes. Each runs under `jax.named_scope` ("stem", "stage1/block0", ..., "head");
-  with `remat`, each block is recomputed in the backward pass.
+  with `remat`, each block is recomputed in the backward pass, or each run of blocks between
+  named checkpoints (`segments`).
 - `Config.dtype` is the parameters' and activations' type (float16 for the ResNet-50 workload,
   as Graphcore's "16.16"); batch statistics, the loss and the optimizer's state are float32.
 """
