@@ -15,7 +15,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import PartitionSpec as P
 from measuring import log
 from programs import bow
 from results import Section, goal, markdown_table
@@ -49,21 +48,16 @@ class EcosystemProgram:
         step = self.step
         return lambda *args: step(*args)
 
-    def specs(self, mesh: MeshSpec) -> tuple[Any, ...]:
-        """The arguments' specs on `mesh`: the batch over dp, the named weights' columns over
-        tp, everything else left to propagation."""
+    def specs(self, mesh: ipujax.Mesh) -> tuple[Any, ...]:
+        """The arguments' specs on `mesh` as the tests give them (`layouts.Layout`): the batch
+        over dp, the named weights' columns over tp, everything else left to propagation."""
+        names = mesh.axis_names
+        layout = _test_module("layouts").Layout(str(mesh), mesh, "dp" in names, "tp" in names)
         specs: list[Any] = [None] * len(self.args)
-        if "tp" in mesh.names:
-            specs[0] = jax.tree_util.tree_map_with_path(self._column_spec, self.args[0])
+        specs[0] = layout.weights(self.args[0], self.columns)
         for position in self.batch:
-            specs[position] = P("dp") if "dp" in mesh.names else None
+            specs[position] = layout.batch
         return tuple(specs)
-
-    def _column_spec(self, path: tuple, leaf: Any) -> P | None:
-        keys = {str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path}
-        if np.ndim(leaf) < 2 or not keys & set(self.columns):
-            return None
-        return P(*[None] * (np.ndim(leaf) - 1), "tp")
 
 
 def _test_module(name: str) -> ModuleType:
@@ -102,7 +96,7 @@ def measure(setup: Setup, program: EcosystemProgram, spec: MeshSpec) -> MeshRun:
     run = MeshRun(spec)
     for i in range(setup.compiles):
         log(f"ecosystem: {program.label} on {spec.label}: compile {i + 1} of {setup.compiles}")
-        first_calls(program.fresh, program.args, mesh, program.specs(spec), run)
+        first_calls(program.fresh, program.args, mesh, program.specs(mesh), run)
     return run
 
 

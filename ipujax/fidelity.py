@@ -285,12 +285,12 @@ FIGURES: tuple[Figure, ...] = (
             "graphcore.ai performance results (pre-SDK 2.5 table, as mirrored at "
             f"graphcore.cn/performance-results): ResNet-50 v1.5, Bow {pod}, TensorFlow 1, "
             f"ImageNet, 16.16, batch {batch:,}, {published:,} images/s; the batch is {ipus} "
-            f"replicas x {BOW_RESNET_MICRO_BATCH} images x {batch // (ipus * 20)} accumulated "
+            f"replicas x {BOW_RESNET_MICRO_BATCH} images x {micro_batches} accumulated "
             "micro-batches (graphcore/examples vision/cnns tensorflow1 configs.yml "
             "resnet50_mlperf_pod16_bs20 and _pod64_bs20, with their recomputation checkpoints "
             "(the configs' splits) and available memory proportions 0.15 and 0.145)",
             resnet50_figure(Target.bow(), ipus, "resnet50_bow"),
-            f"a loop over {batch // (ipus * 20)} micro-batches, then one gradient AllReduce, "
+            f"a loop over {micro_batches} micro-batches, then one gradient AllReduce, "
             f"data parallel on {ipus} IPUs",
             **WHOLE_SYSTEM,
             ipus=ipus,
@@ -300,6 +300,7 @@ FIGURES: tuple[Figure, ...] = (
             ("Pod64", 64, 2560, 145287),
             ("Pod256", 256, 10240, 425514),
         )
+        for micro_batches in (batch // (ipus * BOW_RESNET_MICRO_BATCH),)
     ),
     Figure(
         "BERT-Large pretraining phase 1 (seq 128), Bow Pod16, 4 replicas x 4 pipeline stages",

@@ -59,7 +59,9 @@ def resnet50_figure(target: Target, replicas: int, factory: str) -> Callable[[],
         fun, args, kwargs = getattr(workloads, factory)(mesh)
         compiled = jit(fun, **kwargs).lower(*args).compile(check_memory_fits=False)
         report = compiled.cost_report()
-        accumulation, micro_batch = args[3].shape[:2]  # images [accumulation, batch, ...]
+        # images [accumulation, batch, H, W, C], or [batch, H, W, C] without accumulation
+        *lead, micro_batch = args[3].shape[:-3]
+        accumulation = lead[0] if lead else 1
         images = accumulation * micro_batch  # over the replicas: the global batch
         proportion = kwargs["mesh"].target.available_memory_proportion
         per_replica = micro_batch // replicas

@@ -1,7 +1,8 @@
 """Imports kept for lowerings that would make them again, inside a `with imports_reused():`
-block (the plan search's): the search lowers one model once per mesh, and most meshes give the
-same StableHLO module (BERT-Large on a Pod16: 10 full-depth lowerings, 4 distinct modules), each
-of which took as long to import as jax took to lower it.
+block (`partitioner.reuse.reusing()`, the plan search's, opens one): the search lowers one
+model once per mesh, and most meshes give the same StableHLO module (BERT-Large on a Pod16:
+10 full-depth lowerings, 4 distinct modules), each of which took as long to import as jax
+took to lower it.
 
 A module is known by its text, locations included (everything the importer reads), so a kept
 `Graph` is exactly what importing the module again would make. A module with host callbacks is

@@ -1,6 +1,8 @@
 """What the passes made, kept for builds that would make it again, inside a `with reusing():`
 block (the plan search's): a pipelined mesh is built stashing and recomputing, and everything
-before the stage split (partition, schedule, the split itself) is the same for both.
+before the stage split (partition, schedule, the split itself) is the same for both. The block
+also keeps the importer's graphs (`lowering.import_reuse`): most of a search's meshes lower to
+the same module.
 
 A result is kept under every input that determines it: objects compared by identity are held
 with it, so no other object can take their `id` while it is kept; everything else is compared by
@@ -16,6 +18,8 @@ from collections.abc import Callable, Hashable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from lowering import imports_reused
 
 T = TypeVar("T")
 
@@ -50,11 +54,13 @@ _ACTIVE: ContextVar[Kept | None] = ContextVar("partitioner_reuse", default=None)
 @contextlib.contextmanager
 def reusing(capacity: int = 1) -> Iterator[Kept]:
     """Within the block, results the passes make are kept for builds with the same inputs (the
-    most recent `capacity`: a plan search builds one mesh's variants one after another)."""
+    most recent `capacity`: a plan search builds one mesh's variants one after another), and
+    the importer's graphs for lowerings of the same module (`lowering.imports_reused`)."""
     store = Kept(capacity)
     token = _ACTIVE.set(store)
     try:
-        yield store
+        with imports_reused():
+            yield store
     finally:
         _ACTIVE.reset(token)
 

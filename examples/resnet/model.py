@@ -322,9 +322,8 @@ def forward(
     with jax.named_scope("head"):
         pooled = jnp.mean(x.astype(wide(x.dtype)), axis=(1, 2)).astype(x.dtype)
         logits = pooled @ params["head"]["w"] + params["head"]["b"]
-    stages = [
-        [new[f"stage{s + 1}/block{b}"] for b in range(n)] for s, n in enumerate(config.blocks)
-    ]
+    names = iter(block_names(config))
+    stages = [[new[next(names)] for _ in range(count)] for count in config.blocks]
     return logits, {"stem": new["stem"], "stages": stages}
 
 
@@ -350,12 +349,18 @@ def segments(config: Config, remat: Remat) -> list[tuple[list[str], bool]]:
     return runs
 
 
+def _position(name: str) -> tuple[int, int]:
+    """A block's stage and index, from 0, by its name 'stage{s}/block{b}' (`block_names`)."""
+    stage, index = name.removeprefix("stage").split("/block")
+    return int(stage) - 1, int(index)
+
+
 def _of(tree: Params, name: str) -> Params:
-    """A unit's parameters (or statistics) by its name: 'stem' or 'stage{s}/block{b}'."""
+    """A unit's parameters (or statistics) by its name: 'stem' or a block's."""
     if name == "stem":
         return tree["stem"]
-    stage, index = name.removeprefix("stage").split("/block")
-    return tree["stages"][int(stage) - 1][int(index)]
+    stage, index = _position(name)
+    return tree["stages"][stage][index]
 
 
 def _run_units(
@@ -377,8 +382,7 @@ def _run_units(
                 window, stride = config.pool_window, config.pool_stride
                 x = max_pool(jax.nn.relu(x), window, stride, config.pool_padding)
             else:
-                stage, index = (int(i) for i in name.removeprefix("stage").split("/block"))
-                x, new = block(x, p, s, _stride(stage - 1, index), train, replicas)
+                x, new = block(x, p, s, _stride(*_position(name)), train, replicas)
         updated.append(new)
     return x, updated
 

@@ -48,7 +48,6 @@ from ipujax.planning.costing import SKIP_ERRORS, Costing, Refused
 from ipujax.planning.models import Model, step_model
 from ipujax.planning.ranking import Plan, Plans, Skipped, rank
 from ipujax.planning.traces import Traces
-from lowering import imports_reused
 from partitioner import Mesh, Target, reusing
 
 
@@ -258,10 +257,7 @@ def search(
     # The collector paused throughout, as each compile pauses it (`ipujax.boundary`): between
     # compiles the workload's own code (its shapes, made per mesh) ran with the search's traces
     # and programs in memory, and the collector's sweeps over them were most of its time.
-    kept = (reusing(), imports_reused()) if reuse else ()
-    with collector_paused(), contextlib.ExitStack() as stack:
-        for context in kept:
-            stack.enter_context(context)
+    with collector_paused(), reusing() if reuse else contextlib.nullcontext():
         state.run([Candidate(axes) for axes in meshes(ipus, layouts)])
         state.confirm(confirm)
     if traces is not None:
