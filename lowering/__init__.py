@@ -39,6 +39,7 @@ from lowering.mesh_rules import local_mesh_axes
 from lowering.paths import shorten_paths
 from lowering.regions import binary_op, scatter_combiner
 from lowering.shape_rules import SHAPE_RULES, infer_types
+from lowering.unit_reductions import reshape_unit_reductions
 from lowering.verifier import verify
 from lowering.vocabulary import (
     BINARY,
@@ -102,6 +103,7 @@ __all__ = [
     "producers",
     "raised_at",
     "renamed",
+    "reshape_unit_reductions",
     "restore_keys",
     "run_op",
     "scalar_operand",

@@ -20,7 +20,11 @@ does to its output as it writes it (`ReduceParams`' scale, and the output's own 
 scale by a scalar (a mean's division) and a cast, each of the reduction's result alone. A
 fusion sits where its last member (its root) sat: its members' operands all exist by then.
 The pass runs on each graph of a program, loop bodies and branches included; fusions of one
-op are left as the op.
+op are left as the op. A small result (up to `_SHARED` elements) that ops after the chain read
+too joins all the same, and the fusion gives it out besides its root's result (a multi-output
+fusion). Before grouping, a cast that every reader would fuse is copied into each of them
+(`cast_copies`); after, reductions of one tensor over the same dimensions that do not wait for
+each other are joined into one fusion of several results (`siblings`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from lowering.cast_copies import copy_casts
 from lowering.ir import Graph, Op, Value, op_reads, walk
+from lowering.siblings import join_siblings
 from lowering.vocabulary import ELEMENTWISE
 
 FUSION = "fusion"
@@ -68,11 +74,21 @@ def members(op: Op) -> tuple[Op, ...]:
 
 
 def _fused_graph(graph: Graph, ids: itertools.count, key: Callable[[Op], tuple]) -> Graph:
+    ops = join_siblings(_fused_ops(graph, ids, key), ids, key)
+    changed = len(ops) != len(graph.ops) or any(
+        a is not b for a, b in zip(ops, graph.ops, strict=True)
+    )
+    return dataclasses.replace(graph, ops=tuple(ops)) if changed else graph
+
+
+def _fused_ops(graph: Graph, ids: itertools.count, key: Callable[[Op], tuple]) -> list[Op]:
+    """The graph's ops with its elementwise chains fused (its regions' too)."""
     ops = [_with_fused_regions(op, ids, key) for op in graph.ops]
-    groups = _groups(ops, graph.outputs, key)
+    ops = copy_casts(ops, graph.outputs, ids, key)
+    grouping = _groups(ops, graph.outputs, key)
+    groups = grouping.groups
     if all(len(g) == 1 for g in groups.values()):
-        changed = any(a is not b for a, b in zip(ops, graph.ops, strict=True))
-        return dataclasses.replace(graph, ops=tuple(ops)) if changed else graph
+        return ops
     root_of = {i: root for root, group in groups.items() for i in group}
     out: list[Op] = []
     for index, op in enumerate(ops):
@@ -80,8 +96,9 @@ def _fused_graph(graph: Graph, ids: itertools.count, key: Callable[[Op], tuple])
         if root != index:
             continue  # a member: its fusion is made at its root
         group = groups.get(index, [index])
-        out.append(op if len(group) == 1 else _fusion([ops[i] for i in group], ids))
-    return dataclasses.replace(graph, ops=tuple(out))
+        extras = grouping.extras.get(index, [])
+        out.append(op if len(group) == 1 else _fusion([ops[i] for i in group], ids, extras))
+    return out
 
 
 def _with_fused_regions(op: Op, ids: itertools.count, key: Callable[[Op], tuple]) -> Op:
@@ -102,14 +119,13 @@ def fusible(op: Op) -> bool:
     return all(v.shape in (shape, ()) for v in op.operands)
 
 
-def _groups(
-    ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple]
-) -> dict[int, list[int]]:
-    """Each fusion's root (an op index) with its members' indices, in program order."""
+def _groups(ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple]) -> _Grouping:
+    """Each fusion's root (an op index) with its members' indices, in program order, and the
+    members' results it also gives out (`_Grouping.extras`)."""
     grouping = _Grouping(ops, outputs, key)
     for index, op in enumerate(ops):
         grouping.add(index, op)
-    return grouping.groups
+    return grouping
 
 
 class _Grouping:
@@ -117,13 +133,21 @@ class _Grouping:
 
     def __init__(self, ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple]):
         self.ops, self.key = ops, key
-        self.uses: Counter[Value] = Counter(outputs)
-        for op in ops:
-            self.uses.update(set(op_reads(op)))  # x * x reads x once
+        self.outputs = set(outputs)
+        self.uses: Counter[Value] = Counter(self.outputs)
+        self.readers: dict[Value, list[int]] = {}
+        for index, op in enumerate(ops):
+            read = set(op_reads(op))  # x * x reads x once
+            self.uses.update(read)
+            for v in read:
+                self.readers.setdefault(v, []).append(index)
         self.made = {v: i for i, op in enumerate(ops) for v in op.results}
         self.root_of: dict[int, int] = {}  # a member's index -> its fusion's root so far
         self.groups: dict[int, list[int]] = {}
         self.reduced: set[int] = set()  # the roots of fusions that hold a reduction
+        # A fusion's members' results that ops after it read too (or the graph's outputs):
+        # results of the fusion besides its root's, by root.
+        self.extras: dict[int, list[Value]] = {}
 
     def add(self, index: int, op: Op) -> None:
         """`op` joined to the fusions it can join, or the root of a fusion of its own."""
@@ -143,6 +167,15 @@ class _Grouping:
         if reduces:
             self.reduced.add(index)
         self._make(index, sorted(group))
+        members = set(group)
+        extras = [
+            v
+            for i in sorted(members - {index})
+            for v in self.ops[i].results
+            if self._read_outside(v, members)
+        ]
+        if extras:
+            self.extras[index] = extras
 
     def _joined(self, value: Value, op: Op, index: int, reduces: bool) -> list[int]:
         """The members `op` takes in with its operand `value`: the fusion that makes it,
@@ -150,29 +183,83 @@ class _Grouping:
         ops, made = self.ops, self.made
         view = None if reduces else _through_view(value, op, ops, made, self.uses, self.key)
         if view is not None:
-            taken = self._take(made[ops[view].operands[0]], index)
+            taken = self._take(made[ops[view].operands[0]], index, through=view)
             return [view, *taken] if taken else []
         producer = made.get(value)
+        # read by ops after this one too, an elementwise chain gives it out as a result of its
+        # own (a multi-output fusion), stored as the chain writes it
+        owner = None if producer is None else self.root_of.get(producer)
+        around = {index, *self.groups.get(owner, [])} if owner is not None else {index}
+        shared = (
+            not reduces
+            and value.size <= _SHARED
+            and self.uses[value] > 1
+            and self._later(value, index, around)
+            and not self._reduced_later(value)
+            and not self._reduced_later(op.results[0])
+        )
         joins = (
             producer is not None
             and fusible(ops[producer])  # not a reduction: after one, an epilogue only
-            and self.uses[value] == 1
+            and (self.uses[value] == 1 or shared)
             and self.key(ops[producer]) == self.key(op)
             and value.shape == (op.operands[0] if reduces else op.results[0]).shape
         )
-        return self._take(producer, index) if joins and producer is not None else []
+        if not joins or producer is None:
+            return []
+        return self._take(producer, index, reduces)
 
-    def _take(self, member: int, index: int) -> list[int]:
-        """The whole fusion that holds `member`, unless it holds a reduction or is taken."""
+    def _take(
+        self, member: int, index: int, reduces: bool = False, through: int | None = None
+    ) -> list[int]:
+        """The whole fusion that holds `member`, unless it holds a reduction or is taken, or
+        gives out results (its root's besides the one `index` reads, or others) that a
+        reduction, or an op before `index`, would then miss (`through`: the view that joins
+        with it)."""
         old = self.root_of.get(member)
         if old is None or old in self.reduced or old not in self.groups or old == index:
             return []
+        group = self.groups[old]
+        # a reduction's prologue (or a chain a reduction will take) gives out nothing else
+        prologue = reduces or self._reduced_later(self.ops[index].results[0])
+        if prologue and old in self.extras:
+            return []
+        around = {*group, index} if through is None else {*group, index, through}
+        made = [v for i in group for v in self.ops[i].results]
+        if not all(self._later(v, index, around) for v in made):
+            return []
+        if any(self._read_outside(v, around) and self._reduced_later(v) for v in made):
+            return []  # a reduction takes that chain as its prologue
+        self.extras.pop(old, None)
         return self.groups.pop(old)
+
+    def _later(self, value: Value, index: int, members: set[int]) -> bool:
+        """Whether every op that reads `value`, but `members`, comes after op `index`."""
+        return all(r > index for r in self.readers.get(value, ()) if r not in members)
+
+    def _reduced_later(self, value: Value) -> bool:
+        """Whether a reduction reduces `value`: its chain is that reduction's prologue, which
+        gives out nothing else (a reduction's vertex writes its sums alone)."""
+        return any(
+            _reduces_one(self.ops[r]) and self.ops[r].operands[0] is value
+            for r in self.readers.get(value, ())
+        )
+
+    def _read_outside(self, value: Value, members: set[int]) -> bool:
+        return value in self.outputs or any(r not in members for r in self.readers.get(value, ()))
 
     def _make(self, index: int, group: list[int]) -> None:
         for i in group:
             self.root_of[i] = index
         self.groups[index] = group
+
+
+# A chain gives out a member's result besides its root's (the member read after the chain too)
+# when it is this small: a normalisation's [C] vectors (ResNet-50's widest has 2,048), each of
+# which would otherwise be a superstep of its own. Larger results stay where they are made and
+# their readers' chains apart: joining a later reader's chain would compute it early and keep
+# its result (an activation's `1 - tanh` made in the forward pass and held for the backward).
+_SHARED = 2048
 
 
 def _view(op: Op) -> bool:
@@ -254,15 +341,17 @@ def _reduces_one(op: Op) -> bool:
     return op.name == "reduce" and len(op.operands) == 2
 
 
-def _fusion(ops: list[Op], ids: itertools.count) -> Op:
+def _fusion(ops: list[Op], ids: itertools.count, extras: Sequence[Value] = ()) -> Op:
     """One `fusion` op of `ops` (in order, the root last): its operands the values the members
     read from outside, in order of first reading; its region those members on fresh inputs,
-    the root's result renamed inside (the fusion's own result is the root's)."""
+    the root's result and the `extras` it gives out renamed inside (the fusion's own results
+    are the root's, then the extras)."""
     inside = {v for op in ops for v in op.results}
     external = tuple(dict.fromkeys(v for op in ops for v in op.operands if v not in inside))
     inputs = {v: Value(next(ids), v.shape, v.dtype) for v in external}
     root = ops[-1]
-    result = {v: Value(next(ids), v.shape, v.dtype) for v in root.results}
+    given = (*root.results, *extras)
+    result = {v: Value(next(ids), v.shape, v.dtype) for v in given}
     renamed = {**inputs, **result}
     body = tuple(
         dataclasses.replace(
@@ -276,7 +365,7 @@ def _fusion(ops: list[Op], ids: itertools.count) -> Op:
         inputs=tuple(inputs.values()), outputs=tuple(result.values()), ops=body, name=FUSION
     )
     names = tuple(op.name for op in ops)
-    return Op(FUSION, external, root.results, {"members": names}, (region,), root.loc)
+    return Op(FUSION, external, given, {"members": names}, (region,), root.loc)
 
 
 def _values(graph: Graph) -> Iterable[Value]:

@@ -6,8 +6,11 @@ per-IPU BSP program with its memory and its cost.
                    program with collectives, loops partitioned as loops; verified when asked
     combine        (unphased) all-reduces over the same axes held back and merged, up to a
                    buffer of bytes, as Graphcore's TensorFlow and XLA combine them
+    simplify       reductions over dimensions of one element as reshapes, as XLA's
+                   simplifier makes them (`lowering.unit_reductions`)
     fuse           chains of elementwise ops as one `fusion` op each, one map expression
-                   per tile (`lowering.fusion`), as Poplar's XLA backend runs them
+                   per tile (`lowering.fusion`), as Poplar's XLA backend runs them, and
+                   sibling reductions of one tensor as one (`lowering.siblings`)
     place axes     mesh axes onto physical IPUs, the last axis innermost
     schedule       tile layouts, kernels and supersteps on the compute tiles
     replicas       the replica axes, derived from the shardings (or given)
@@ -40,7 +43,14 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
 
-from lowering import Graph, Value, fuse_elementwise, unroll_loops, verify
+from lowering import (
+    Graph,
+    Value,
+    fuse_elementwise,
+    reshape_unit_reductions,
+    unroll_loops,
+    verify,
+)
 from partitioner.cost.exchange import global_sync_cycles
 from partitioner.cost.links import LinkModel
 from partitioner.errors import OutOfMemoryError
@@ -156,6 +166,7 @@ def per_ipu(
     if mesh.ipus > 1:
         partitioned = partition_program(graph, mesh, in_specs, out_specs)
         local = combine_all_reduces(partitioned.graph, combine_bytes)
+    local = reshape_unit_reductions(local)
     if options.fuse:
         # phases and pipeline stages are cut between ops: fusions stay within a line of source
         split = options.phases is not None or options.pipeline is not None

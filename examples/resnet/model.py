@@ -4,8 +4,9 @@ that `train.py` runs and `workloads.py` costs.
 - Convolutions are `lax.conv_general_dilated` with dimension numbers ("NHWC", "HWIO", "NHWC")
   and explicit symmetric padding (k // 2 each side), as torchvision pads; max pooling is
   `lax.reduce_window`, whose gradient jax writes as a `select_and_scatter`.
-- Batch norm runs in training mode: the mean and variance are `jnp.mean` over (N, H, W) of the
-  batch the step is given, accumulated in float32, with a learnable scale and bias. When that
+- Batch norm runs in training mode: the mean and the mean of squares are `jnp.mean` over
+  (N, H, W) of the batch the step is given, in one pass (sibling reductions, which Poplar runs
+  together), accumulated in float32, with a learnable scale and bias. When that
   batch is split over a data-parallel mesh axis, the means are over the whole (global) batch, so
   the partitioner adds the AllReduces of a distributed (synchronised) batch norm by itself. The
   running statistics are state (`init` makes them, the training step returns them updated with
@@ -205,12 +206,15 @@ def conv(x: jax.Array, w: jax.Array, stride: int = 1) -> jax.Array:
 
 def _moments(x: jax.Array, replicas: int) -> tuple[jax.Array, jax.Array]:
     """Mean and (biased) variance over (N, H, W) of each replica's share of the batch,
-    [replicas, C], accumulated in float32 (or float64)."""
+    [replicas, C], accumulated in float32 (or float64), in one pass over `x`: the variance is
+    the mean of squares less the squared mean, as PopLibs computes batch norm's statistics
+    (graphcore/poplibs lib/poplin/Norms.cpp, `normStatisticsImpl`: the mean and the "power"
+    reduced in the same compute sets) and as flax's `BatchNorm` does by default."""
     acc = wide(x.dtype)
     x = x.reshape(replicas, -1, *x.shape[1:])
     mean = jnp.mean(x, axis=(1, 2, 3), dtype=acc)
-    centred = x.astype(acc) - mean[:, None, None, None]
-    return mean, jnp.mean(jnp.square(centred), axis=(1, 2, 3))
+    power = jnp.mean(jnp.square(x.astype(acc)), axis=(1, 2, 3))
+    return mean, jnp.maximum(power - jnp.square(mean), 0)
 
 
 def batch_norm(

@@ -116,8 +116,8 @@ def _labels(program: Program, names: Sequence[str]) -> list[str | None]:
 def split_stages(program: Program, pipeline: Pipeline, count: int, each: list[bool]) -> StageSplit:
     """Each task's stage and kind. A named task is its block's stage's; an unnamed one goes
     with the block of its largest operand (its home, as phases place an optimizer's update),
-    else where it is first read. Its direction is its scope's (jax names backward ops
-    `transpose(...)`), or backward when it reads a backward result."""
+    else (or an unnamed broadcast) where it is first read. Its direction is its scope's (jax
+    names backward ops `transpose(...)`), or backward when it reads a backward result."""
     blocks = _stage_blocks(program, pipeline, count, each)
     stage_of_block = {b: s for s, names in enumerate(blocks) for b in names}
     names = list(stage_of_block)
@@ -135,6 +135,8 @@ def split_stages(program: Program, pipeline: Pipeline, count: int, each: list[bo
     floating: set[int] = set()
     for index, (task, label) in enumerate(zip(program.tasks, labels, strict=True)):
         home = homes.get(task.op.results[0]) if task.op.results else None
+        if task.op.name == "broadcast_in_dim" and label is None:
+            home = None  # a view: it floats to its reader, which receives its source alone
         if label is not None:
             stage = stage_of_block[label]
         elif home is not None:

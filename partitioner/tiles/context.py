@@ -3,7 +3,8 @@ spreads linearly mapped tensors over the chip, and the op that makes each value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ class MappingContext:
     producers: dict[Value, Op] = field(default_factory=dict)  # value -> the op that makes it
     region_scheduler: RegionScheduler | None = None
     _next_start: int = 0
+    _held_start: int | None = None  # inside `one_place`: where every `spread` starts
 
     def linear(self, value: Value) -> Layout:
         """A linear layout for a value, starting where the last small tensor stopped, so that
@@ -48,9 +50,21 @@ class MappingContext:
         """The first of `tiles` tiles for a small result a rule places itself (a reduction's),
         where the last small tensor stopped, as `linear` places them."""
         count = self.target.tiles_per_ipu
-        start = self._next_start if self._next_start + tiles <= count else 0
+        at = self._next_start if self._held_start is None else self._held_start
+        start = at if at + tiles <= count else 0
         self._next_start = (start + tiles) % count
         return start
+
+    @contextlib.contextmanager
+    def one_place(self) -> Iterator[None]:
+        """Within the block, every small result a rule places itself (`spread`) starts on the
+        same tile: sibling reductions' outputs share their tiles, as the several outputs of one
+        reduction do."""
+        self._held_start = self._next_start
+        try:
+            yield
+        finally:
+            self._held_start = None
 
     def schedule_region(self, region: Graph, given: Mapping[Value, Layout]) -> Program:
         if self.region_scheduler is None:

@@ -143,10 +143,13 @@ def test_recompute_runs_the_forward_again_in_the_backward(tiny: Tiny) -> None:
     # Stage 0 receives arguments alone and stashes embed's output, which layer0 reads; stage 1
     # what stage 0 sends, layer1's output (head reads it) and head's logits (the loss reads
     # them), 1 x 16 x 256 x 4 = 16,384.
+    # Stage 0 also sends the gradient clip's verdict and scale (a bool and a float), which
+    # stage 1's clipped gradients read; their broadcasts run on stage 1, where they are read.
     first, second = again.stages
     assert first.stash_bytes == 2048
-    assert first.send_bytes == second.return_bytes == 2048
-    assert second.stash_bytes == first.send_bytes + 2048 + 16384
+    assert second.return_bytes == 2048
+    assert first.send_bytes == 2048 + 1 + 4
+    assert second.stash_bytes == 2048 + 2048 + 16384  # the activation it received, not the scalars
 
 
 def test_more_microbatches_of_the_same_size_shrink_the_bubble(tiny: Tiny) -> None:

@@ -18,9 +18,10 @@ from partitioner import whole_kernel
 X = np.random.default_rng(1).standard_normal((5, 3_001)).astype(np.float32)
 
 
-def _step(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    # a plain sum, and a mean of a chain (a fusion whose root is the reduction)
-    return x.sum(axis=1), jnp.mean(jnp.tanh(x) * 2.0 + 1.0, axis=1)
+def _step(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    # a plain sum, and a mean of a chain (a fusion whose root is the reduction), of two tensors
+    # (of one, they would be siblings, one fusion: tests/partitioner/test_siblings.py)
+    return x.sum(axis=1), jnp.mean(jnp.tanh(y) * 2.0 + 1.0, axis=1)
 
 
 def _reducing(program: object) -> list:
@@ -33,7 +34,7 @@ def _members(op: object) -> tuple:
 
 @pytest.mark.filterwarnings("ignore::ipujax.HostBoundWarning")
 def test_exact_sums_run_whole_and_ipu_sums_staged() -> None:
-    compiled = ipujax.jit(_step).lower(X).compile()
+    compiled = ipujax.jit(_step).lower(X, X).compile()
     program = compiled.program
     reducing = _reducing(program)
     assert {t.op.name for t in reducing} == {"reduce", "fusion"}
@@ -48,12 +49,12 @@ def test_exact_sums_run_whole_and_ipu_sums_staged() -> None:
         want = whole_kernel(before.op, before.inputs)(*arrays)
         for a, b in zip(whole.kernel(*arrays), want, strict=True):
             np.testing.assert_array_equal(a, b)
-    want = jax.jit(_step)(X)
-    for a, b in zip(compiled(X), want, strict=True):
+    want = jax.jit(_step)(X, X)
+    for a, b in zip(compiled(X, X), want, strict=True):
         np.testing.assert_array_equal(a, b)
     with ipujax.numerics_key(jax.random.key(0)):
-        ipu = ipujax.jit(_step, numerics="ipu").lower(X).compile()
+        ipu = ipujax.jit(_step, numerics="ipu").lower(X, X).compile()
         report = dataclasses.replace(ipu.cost_report(), numerics="exact")
         assert report == compiled.cost_report()  # the same figures: only `numerics` differs
-        for a, b in zip(ipu(X), want, strict=True):
+        for a, b in zip(ipu(X, X), want, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

@@ -13,12 +13,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from helpers import assert_trees_close, compile_for
+from helpers import assert_trees_close, compile_for, target
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lowering
 from lowering import fuse_elementwise, interpret, lower
+from partitioner.cost.fused import fused_cycles
+
+TARGET = target(16)  # compile_for's
 
 
 def _fusions(compiled) -> list:
@@ -63,7 +66,7 @@ def test_unfused_the_chain_pays_a_superstep_per_op() -> None:
     assert fused.cost_report().total_cycles < apart.cost_report().total_cycles
 
 
-def test_a_value_read_twice_is_stored_and_not_fused_into_both() -> None:
+def test_a_large_value_read_twice_is_stored_and_not_fused_into_both() -> None:
     """`a = x * y` read by two chains stays a tensor of its own: fusing it into both would
     compute it twice."""
 
@@ -71,11 +74,53 @@ def test_a_value_read_twice_is_stored_and_not_fused_into_both() -> None:
         a = x * y
         return jnp.exp(a) + 1.0, jnp.tanh(a) * 2.0
 
-    x = np.linspace(-1, 1, 512, dtype=np.float32)
+    x = np.linspace(-1, 1, 8192, dtype=np.float32)
     compiled = compile_for(f, x, x)
     names = [t.op.name for t in compiled.program.tasks]
     assert "multiply" in names
     assert names.count("fusion") == 2
+    assert_trees_close(compiled(x, x), jax.jit(f)(x, x))
+
+
+def test_chains_sharing_a_small_value_are_one_map_expression_of_two_results() -> None:
+    """The same for 512 elements (a normalisation's [C] vector): `a` is computed once, in
+    one map expression that runs both chains and writes both results (a fusion gives out a
+    member's result besides its root's when every other reader comes after it). By hand: the
+    chain's cycles as `cost.fused` counts them, its memory two floats loaded and two stored
+    (the extra result's store counted as a load is; here the exp and tanh's arithmetic is
+    the larger), one superstep instead of three."""
+
+    def f(x, y):
+        a = x * y
+        return jnp.exp(a) + 1.0, jnp.tanh(a) * 2.0
+
+    x = np.linspace(-1, 1, 512, dtype=np.float32)
+    compiled = compile_for(f, x, x)
+    (task,) = [t for t in compiled.program.tasks if t.supersteps]
+    members = lowering.members(task.op)
+    assert sorted(m.name for m in members) == sorted(
+        ["multiply", "exponential", "add", "tanh", "multiply"]
+    )
+    assert len(task.op.results) == len(task.result_layouts) == 2
+    block = task.result_layouts[0].block_elements
+    f32 = np.dtype(np.float32)
+    want = fused_cycles(members, block, [f32, f32, f32], f32, TARGET)
+    assert task.supersteps[0].compute_cycles == want
+    assert_trees_close(compiled(x, x), jax.jit(f)(x, x))
+
+
+def test_a_value_read_before_the_chain_ends_is_not_given_out() -> None:
+    """`a` read by an op between its chain's members and the chain's end (a reduction of it,
+    here) cannot come out of the chain at its end: the chain stops at `a`."""
+
+    def f(x, y):
+        a = x * y
+        total = a.sum()
+        return jnp.exp(a) + total
+
+    x = np.linspace(-1, 1, 512, dtype=np.float32)
+    compiled = compile_for(f, x, x)
+    assert all(len(t.op.results) == 1 for t in compiled.program.tasks)
     assert_trees_close(compiled(x, x), jax.jit(f)(x, x))
 
 

@@ -17,7 +17,7 @@ from partitioner.layout import Layout
 from partitioner.program import Kernel, Superstep, Task
 from partitioner.target import Target
 from partitioner.tiles.context import MappingContext
-from partitioner.tiles.rules.common import Array
+from partitioner.tiles.rules.common import Array, TileRule
 from partitioner.tiles.rules.elementwise import (
     block_step,
     blockwise_kernel,
@@ -25,19 +25,30 @@ from partitioner.tiles.rules.elementwise import (
     moved_bytes,
 )
 from partitioner.tiles.rules.reduce import reduce_tile_rule
+from partitioner.tiles.rules.siblings import siblings_task
 
 
 def fusion_tile_rule(
     op: Op, inputs: tuple[Value, ...], layouts: tuple[Layout, ...], ctx: MappingContext
 ) -> Task:
-    if any(m.name == "reduce" for m in members(op)):
+    reductions = sum(m.name == "reduce" for m in members(op))
+    if reductions > 1:  # sibling reductions (`lowering.siblings`), planned together
+        return siblings_task(op, inputs, layouts, ctx, _reduction_rule, f"fusion({label(op)})")
+    if reductions:
         return _fused_reduce(op, inputs, layouts, ctx)
-    viewed = _viewed_as(op.operands, layouts, op.results[0].shape)
+    root, *extras = op.results  # a chain may give out members' results besides its root's
+    viewed = _viewed_as(op.operands, layouts, root.shape)
     out = elementwise_layout(op, viewed, ctx)
-    loaded = [v.dtype for v in op.operands if not _scalar(v, ctx)]
-    cycles = fused_cycles(members(op), out.block_elements, loaded, op.results[0].dtype, ctx.target)
+    # each result is stored as the chain writes it: the extras' stores count as loads do
+    moved = [v.dtype for v in op.operands if not _scalar(v, ctx)] + [v.dtype for v in extras]
+    cycles = fused_cycles(members(op), out.block_elements, moved, root.dtype, ctx.target)
     step = block_step(op, f"fusion({label(op)})", viewed, out, cycles, ctx)
-    return Task(op, inputs, layouts, (out,), blockwise_kernel(op), (step,))
+    outs = (out,) * len(op.results)  # the extras have the root's shape (`lowering.fusion`)
+    return Task(op, inputs, layouts, outs, blockwise_kernel(op), (step,))
+
+
+def _reduction_rule(part: Op) -> TileRule:
+    return reduce_tile_rule if part.name == "reduce" else fusion_tile_rule
 
 
 def _viewed_as(
