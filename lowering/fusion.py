@@ -148,6 +148,7 @@ class _Grouping:
         # A fusion's members' results that ops after it read too (or the graph's outputs):
         # results of the fusion besides its root's, by root.
         self.extras: dict[int, list[Value]] = {}
+        self._given: list[Value] = []  # while `add` makes a fusion: what its parts give out
 
     def add(self, index: int, op: Op) -> None:
         """`op` joined to the fusions it can join, or the root of a fusion of its own."""
@@ -161,6 +162,7 @@ class _Grouping:
             self.reduced.add(index)
             return
         group = [index]
+        self._given = []  # what the fusions taken give out: the only results read outside
         # a reduction takes the chain that makes its operand as its prologue
         for value in op.operands[:1] if reduces else dict.fromkeys(op.operands):
             group += self._joined(value, op, index, reduces)
@@ -168,12 +170,7 @@ class _Grouping:
             self.reduced.add(index)
         self._make(index, sorted(group))
         members = set(group)
-        extras = [
-            v
-            for i in sorted(members - {index})
-            for v in self.ops[i].results
-            if self._read_outside(v, members)
-        ]
+        extras = [v for v in self._given if self._read_outside(v, members)]
         if extras:
             self.extras[index] = extras
 
@@ -186,28 +183,29 @@ class _Grouping:
             taken = self._take(made[ops[view].operands[0]], index, through=view)
             return [view, *taken] if taken else []
         producer = made.get(value)
-        # read by ops after this one too, an elementwise chain gives it out as a result of its
-        # own (a multi-output fusion), stored as the chain writes it
-        owner = None if producer is None else self.root_of.get(producer)
-        around = {index, *self.groups.get(owner, [])} if owner is not None else {index}
-        shared = (
-            not reduces
-            and value.size <= _SHARED
-            and self.uses[value] > 1
-            and self._later(value, index, around)
-            and not self._reduced_later(value)
-            and not self._reduced_later(op.results[0])
-        )
         joins = (
             producer is not None
             and fusible(ops[producer])  # not a reduction: after one, an epilogue only
-            and (self.uses[value] == 1 or shared)
+            and (self.uses[value] == 1 or self._shared(value, op, index, producer, reduces))
             and self.key(ops[producer]) == self.key(op)
             and value.shape == (op.operands[0] if reduces else op.results[0]).shape
         )
         if not joins or producer is None:
             return []
         return self._take(producer, index, reduces)
+
+    def _shared(self, value: Value, op: Op, index: int, producer: int, reduces: bool) -> bool:
+        """Whether `op` takes in `value`, which ops after it read too, the fusion then giving
+        it out as a result of its own (a multi-output fusion), stored as the chain writes it."""
+        if reduces or value.size > _SHARED:
+            return False
+        owner = self.root_of.get(producer)
+        around = {index, *self.groups.get(owner, [])} if owner is not None else {index}
+        return (
+            self._later(value, index, around)
+            and not self._reduced_later(value)
+            and not self._reduced_later(op.results[0])
+        )
 
     def _take(
         self, member: int, index: int, reduces: bool = False, through: int | None = None
@@ -224,13 +222,17 @@ class _Grouping:
         prologue = reduces or self._reduced_later(self.ops[index].results[0])
         if prologue and old in self.extras:
             return []
-        around = {*group, index} if through is None else {*group, index, through}
-        made = [v for i in group for v in self.ops[i].results]
-        if not all(self._later(v, index, around) for v in made):
-            return []
-        if any(self._read_outside(v, around) and self._reduced_later(v) for v in made):
-            return []  # a reduction takes that chain as its prologue
+        # what the fusion gives out (its other results are read inside it alone)
+        made = [*self.extras.get(old, []), *self.ops[old].results]
+        near = (index,) if through is None else (index, through)
+        if any(v in self.outputs or set(self.readers.get(v, ())).difference(near) for v in made):
+            around = {*group, *near}
+            if not all(self._later(v, index, around) for v in made):
+                return []
+            if any(self._read_outside(v, around) and self._reduced_later(v) for v in made):
+                return []  # a reduction takes that chain as its prologue
         self.extras.pop(old, None)
+        self._given += made
         return self.groups.pop(old)
 
     def _later(self, value: Value, index: int, members: set[int]) -> bool:
