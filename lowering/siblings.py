@@ -4,20 +4,22 @@ each other, become one `fusion` of several results, as popops' `reduceMany` runs
 A batch norm's or a layer norm's statistics (flax computes the mean and the mean of squares of
 the same activation), a normalisation's two parameter gradients (the sums of dy and of dy * x)
 are each two reductions of one tensor over the same dimensions. Poplar reduces them together:
-PopNN's statistics and PopLibs' `reduceMany` give each tile one vertex per reduction in the
-same compute sets, so the partials of both move in one exchange and the pair pays one
-sync per stage instead of two. Here the pair becomes one `fusion` whose region holds each
+PopLibs' norm statistics (lib/poplin/Norms.cpp, the mean and the "power" into one list of
+compute sets) and `reduceMany` give each tile one vertex per reduction in the same compute
+sets, so the partials of both move in one exchange and the pair pays one sync per stage
+instead of two. Here the pair becomes one `fusion` whose region holds each
 reduction's own members (its prologue chain, the reduction, its epilogue) one after the other,
 with one result per reduction; its values are the members' own, and `partitioner.tiles` plans
 the reductions' stages together.
 
 Which join: reductions (`fusion`s of one reduction, or bare `reduce`s of one tensor) of
 operands of the same shape over the same dimensions, that read a tensor of that size in
-common, where nothing between the first and the last reads a result of the earlier ones (the
-joined op sits where the last one sat, so nothing may wait for an earlier one's result). A
-reduction that reads another's result (a variance's second pass reads the mean) is never its
-sibling. In a phased or pipelined program they must also share the fusion key (one line of
-source in one scope), so a join never crosses a phase's or stage's cut.
+common (through casts: x and x cast to float are one tensor), where nothing between the first
+and the last reads a result of the earlier ones but a few small ops (a sum's cast), which then
+wait until after the last (the joined op sits where the last one sat). A reduction that reads
+another's result (a variance's second pass reads the mean) is never its sibling. In a phased
+or pipelined program they must also share the fusion key (one line of source in one scope),
+so a join never crosses a phase's or stage's cut.
 """
 
 from __future__ import annotations
