@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from lowering.ir import Op, Value, op_reads
+from lowering.siblings import reduces_one
 from lowering.vocabulary import ELEMENTWISE
 
 
@@ -26,16 +27,18 @@ def copy_casts(
 ) -> list[Op]:
     """`ops` with each cast that all its readers would fuse copied into each of them; `ops`
     itself when there is none."""
-    readers: defaultdict[Value, list[int]] = defaultdict(list)
+    casts = {op.results[0] for op in ops if op.name == "convert"} - set(outputs)
+    if not casts:
+        return ops
+    readers: defaultdict[Value, list[int]] = defaultdict(list)  # of the casts alone
     for index, op in enumerate(ops):
-        for v in set(op_reads(op)):
+        for v in casts.intersection(op_reads(op)):
             readers[v].append(index)
-    kept = set(outputs)
     copied = [
         i
         for i, op in enumerate(ops)
         if op.name == "convert"
-        and op.results[0] not in kept
+        and op.results[0] in casts
         and len(readers[op.results[0]]) > 1
         and all(_absorbs(ops[j], op, key) for j in readers[op.results[0]])
     ]
@@ -68,7 +71,7 @@ def _absorbs(reader: Op, cast: Op, key: Callable[[Op], tuple]) -> bool:
     if key(reader) != key(cast) or value not in reader.operands:
         return False
     if reader.name == "reduce":
-        return len(reader.operands) == 2 and reader.operands[0] is value
+        return reduces_one(reader) and reader.operands[0] is value
     return (
         reader.name in ELEMENTWISE
         and len(reader.results) == 1

@@ -37,10 +37,8 @@ from typing import Any
 
 from lowering.cast_copies import copy_casts
 from lowering.ir import Graph, Op, Value, op_reads, walk
-from lowering.siblings import join_siblings
+from lowering.siblings import FUSION, join_siblings, reduces_one
 from lowering.vocabulary import ELEMENTWISE
-
-FUSION = "fusion"
 
 
 def fuse_elementwise(graph: Graph, by_source: bool = False) -> Graph:
@@ -134,13 +132,12 @@ class _Grouping:
     def __init__(self, ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple]):
         self.ops, self.key = ops, key
         self.outputs = set(outputs)
-        self.uses: Counter[Value] = Counter(self.outputs)
         self.readers: dict[Value, list[int]] = {}
         for index, op in enumerate(ops):
-            read = set(op_reads(op))  # x * x reads x once
-            self.uses.update(read)
-            for v in read:
+            for v in set(op_reads(op)):  # x * x reads x once
                 self.readers.setdefault(v, []).append(index)
+        self.uses = Counter({v: len(r) for v, r in self.readers.items()})
+        self.uses.update(self.outputs)
         self.made = {v: i for i, op in enumerate(ops) for v in op.results}
         self.root_of: dict[int, int] = {}  # a member's index -> its fusion's root so far
         self.groups: dict[int, list[int]] = {}
@@ -152,7 +149,7 @@ class _Grouping:
 
     def add(self, index: int, op: Op) -> None:
         """`op` joined to the fusions it can join, or the root of a fusion of its own."""
-        reduces = _reduces_one(op)
+        reduces = reduces_one(op)
         if not fusible(op) and not reduces:
             return
         tail = _epilogue_of(op, self.ops, self.made, self.uses, self.reduced, self.key)
@@ -243,7 +240,7 @@ class _Grouping:
         """Whether a reduction reduces `value`: its chain is that reduction's prologue, which
         gives out nothing else (a reduction's vertex writes its sums alone)."""
         return any(
-            _reduces_one(self.ops[r]) and self.ops[r].operands[0] is value
+            reduces_one(self.ops[r]) and self.ops[r].operands[0] is value
             for r in self.readers.get(value, ())
         )
 
@@ -335,12 +332,6 @@ def scalar_operand(value: Value, producer: Op | None) -> bool:
         and producer.name == "broadcast_in_dim"
         and producer.operands[0].size == 1
     )
-
-
-def _reduces_one(op: Op) -> bool:
-    """A reduction of one tensor (and its initial value): popops reduces a map expression's
-    result as it makes it (a cast to float partials, a square for a variance)."""
-    return op.name == "reduce" and len(op.operands) == 2
 
 
 def _fusion(ops: list[Op], ids: itertools.count, extras: Sequence[Value] = ()) -> Op:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from lowering.ir import Graph, Op, Value, op_reads
 from lowering.vocabulary import ELEMENTWISE
 
-FUSION = "fusion"  # `fusion.FUSION`, which imports this module
+FUSION = "fusion"  # the op a fusion is (`lowering.fusion` imports it from here)
 
 
 def join_siblings(ops: list[Op], ids: itertools.count, key: Callable[[Op], tuple]) -> list[Op]:
@@ -54,15 +54,22 @@ def join_siblings(ops: list[Op], ids: itertools.count, key: Callable[[Op], tuple
     return out
 
 
+def reduces_one(op: Op) -> bool:
+    """A reduction of one tensor (and its initial value), not a variadic one: popops reduces a
+    map expression's result as it makes it (a cast to float partials, a square for a
+    variance), and reduces several such reductions together (`reduceMany`)."""
+    return op.name == "reduce" and len(op.operands) == 2
+
+
 def reduction_of(op: Op) -> Op | None:
     """The reduction a fusion of one reduction ends with (or a bare reduce of one tensor
     itself); None for anything else."""
-    if op.name == "reduce" and len(op.operands) == 2:
+    if reduces_one(op):
         return op
     if op.name != FUSION or len(op.results) != 1:
         return None
     reduces = [m for m in op.regions[0].ops if m.name == "reduce"]
-    return reduces[0] if len(reduces) == 1 and len(reduces[0].operands) == 2 else None
+    return reduces[0] if len(reduces) == 1 and reduces_one(reduces[0]) else None
 
 
 # Ops that may wait behind a set of siblings (jax writes a reduction's cast or scale right

@@ -16,15 +16,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from lowering import Graph, Op, Value
+from lowering import FUSION, Graph, Op, Value
 from partitioner.cost.exchange import exchange_cycles
 from partitioner.layout import Layout
 from partitioner.program import Kernel, Superstep, Task
 from partitioner.target import Target
 from partitioner.tiles.context import MappingContext
 from partitioner.tiles.rules.common import Array, TileRule
-
-FUSION = "fusion"
 
 
 def siblings_task(
