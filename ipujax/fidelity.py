@@ -421,9 +421,10 @@ _FOOTER = """
   on the IPU for MLPerf", January 2022): its configuration differs from the example's.
 - The Bow ResNet-50 rows across Pod sizes: Graphcore's throughput per IPU falls 14% from a
   Pod16 to a Pod64 and 37% to a Pod256; ipujax's falls 15% and 16%. One micro-batch's step
-  (8.5-8.8 ms for 20 images with elementwise chains fused, reshapes read through,
-  reductions' epilogues joined and sibling reductions run together, reductions where their
-  operands lie and later micro-batches' images fetched during the one before) is above the
+  (8.4-8.8 ms for 20 images with elementwise chains fused, reshapes read through,
+  reductions' epilogues joined, sibling reductions run together, a normalisation's [C]
+  vectors in one chain, reductions where their operands lie and later micro-batches' images
+  fetched during the one before) is above the
   about 7 ms that fitting step = micro-batches x micro-batch + AllReduce to the three
   published figures implies; its convolutions' exchange (about 2 ms) is most of the rest. The
   Pod256 reads high because its gradients' AllReduce runs level by level across the Pod64s
@@ -436,7 +437,7 @@ _FOOTER = """
   With every block recomputed from its input and the default proportion (0.6), the Bow step
   did not fit (723,848 B on its fullest tile: the stem's three 21.8 KB tensors and 16 block
   checkpoints kept, with 175 KB of a 1x1 convolution's operand blocks and partials on top);
-  with the config's settings it fits, at 583,918 B (Pod16) and 596,388 B (Pod64, Pod256).
+  with the config's settings it fits, at 584,322 B (Pod16) and 583,662 B (Pod64, Pod256).
   Both configs also ask for half-precision partials (`enable_half_partials`, `half_partial`),
   which ipujax does not model: its partials stay f32, so its matmul temporaries are if
   anything larger than Poplar's.

@@ -22,9 +22,12 @@ fusion sits where its last member (its root) sat: its members' operands all exis
 The pass runs on each graph of a program, loop bodies and branches included; fusions of one
 op are left as the op. A small result (up to `_SHARED` elements) that ops after the chain read
 too joins all the same, and the fusion gives it out besides its root's result (a multi-output
-fusion). Before grouping, a cast that every reader would fuse is copied into each of them
-(`cast_copies`); after, reductions of one tensor over the same dimensions that do not wait for
-each other are joined into one fusion of several results (`siblings`).
+fusion), through a view too (the view then joins). A reduction's epilogue may read its sums
+through a view. Before grouping, a view of a small result is made again at each reader
+(`view_copies`) and a cast that every reader would fuse is copied into each of them
+(`cast_copies`); after, two chains of small results join as XLA's multi-output fusion joins
+them (`small_chains`), and reductions of one tensor over the same dimensions that do not wait
+for each other are joined into one fusion of several results (`siblings`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from typing import Any
 from lowering.cast_copies import copy_casts
 from lowering.ir import Graph, Op, Value, op_reads, walk
 from lowering.siblings import FUSION, join_siblings, reduces_one
+from lowering.small_chains import join_small_chains
+from lowering.view_copies import copy_views
 from lowering.vocabulary import ELEMENTWISE
 
 
@@ -82,11 +87,19 @@ def _fused_graph(graph: Graph, ids: itertools.count, key: Callable[[Op], tuple])
 def _fused_ops(graph: Graph, ids: itertools.count, key: Callable[[Op], tuple]) -> list[Op]:
     """The graph's ops with its elementwise chains fused (its regions' too)."""
     ops = [_with_fused_regions(op, ids, key) for op in graph.ops]
+    if key is _anywhere:  # a phased or pipelined program is cut by its ops' order: kept
+        ops = copy_views(ops, graph.outputs, ids)
     ops = copy_casts(ops, graph.outputs, ids, key)
     grouping = _groups(ops, graph.outputs, key)
     groups = grouping.groups
-    if all(len(g) == 1 for g in groups.values()):
-        return ops
+    if any(len(g) > 1 for g in groups.values()):
+        ops = _grouped(ops, grouping, ids)
+    return join_small_chains(ops, graph.outputs, key, lambda m, e: _fusion(m, ids, e))
+
+
+def _grouped(ops: list[Op], grouping: _Grouping, ids: itertools.count) -> list[Op]:
+    """The ops with each group made one fusion, at its root."""
+    groups = grouping.groups
     root_of = {i: root for root, group in groups.items() for i in group}
     out: list[Op] = []
     for index, op in enumerate(ops):
@@ -153,9 +166,10 @@ class _Grouping:
         if not fusible(op) and not reduces:
             return
         tail = _epilogue_of(op, self.ops, self.made, self.uses, self.reduced, self.key)
-        if tail is not None:  # the reduction's fusion ends with it
-            self.reduced.discard(tail)
-            self._make(index, [*self.groups.pop(tail), index])
+        if tail is not None:  # the reduction's fusion ends with it (and the view it reads)
+            root, view = tail
+            self.reduced.discard(root)
+            self._make(index, [*self.groups.pop(root), *view, index])
             self.reduced.add(index)
             return
         group = [index]
@@ -175,7 +189,7 @@ class _Grouping:
         """The members `op` takes in with its operand `value`: the fusion that makes it,
         directly or through a view (which then joins too); none when it cannot join."""
         ops, made = self.ops, self.made
-        view = None if reduces else _through_view(value, op, ops, made, self.uses, self.key)
+        view = None if reduces else self._through_view(value, op, index)
         if view is not None:
             taken = self._take(made[ops[view].operands[0]], index, through=view)
             return [view, *taken] if taken else []
@@ -191,13 +205,43 @@ class _Grouping:
             return []
         return self._take(producer, index, reduces)
 
-    def _shared(self, value: Value, op: Op, index: int, producer: int, reduces: bool) -> bool:
-        """Whether `op` takes in `value`, which ops after it read too, the fusion then giving
-        it out as a result of its own (a multi-output fusion), stored as the chain writes it."""
+    def _through_view(self, value: Value, op: Op, index: int) -> int | None:
+        """The view that makes `value` from an elementwise result, when the view and that
+        result's chain can join `op` (nothing else reads the view; the result is read by
+        nothing else either, or is small and shared as `_shared` says): the view's index,
+        else None."""
+        ops, made = self.ops, self.made
+        view = made.get(value)
+        if view is None or self.uses[value] != 1 or not _view(ops[view]):
+            return None
+        source = ops[view].operands[0]
+        producer = made.get(source)
+        if producer is None or not fusible(ops[producer]):
+            return None
+        if not self.key(ops[producer]) == self.key(ops[view]) == self.key(op):
+            return None
+        if self.uses[source] == 1 or self._shared(source, op, index, producer, False, view):
+            return view
+        return None
+
+    def _shared(
+        self,
+        value: Value,
+        op: Op,
+        index: int,
+        producer: int,
+        reduces: bool,
+        through: int | None = None,
+    ) -> bool:
+        """Whether `op` takes in `value` (read through the view `through`, if given), which
+        ops after it read too, the fusion then giving it out as a result of its own (a
+        multi-output fusion), stored as the chain writes it."""
         if reduces or value.size > _SHARED:
             return False
         owner = self.root_of.get(producer)
         around = {index, *self.groups.get(owner, [])} if owner is not None else {index}
+        if through is not None:
+            around.add(through)
         return (
             self._later(value, index, around)
             and not self._reduced_later(value)
@@ -269,28 +313,6 @@ def _view(op: Op) -> bool:
     return op.name == "broadcast_in_dim" and op.results[0].size == op.operands[0].size
 
 
-def _through_view(
-    value: Value,
-    reader: Op,
-    ops: list[Op],
-    made: dict[Value, int],
-    uses: Counter[Value],
-    key: Callable[[Op], tuple],
-) -> int | None:
-    """The view that makes `value` from an elementwise result, when the view and that result's
-    chain can join `reader` (nothing else reads either): the view's index, else None."""
-    view = made.get(value)
-    if view is None or uses[value] != 1 or not _view(ops[view]):
-        return None
-    source = ops[view].operands[0]
-    producer = made.get(source)
-    if producer is None or uses[source] != 1 or not fusible(ops[producer]):
-        return None
-    if not key(ops[producer]) == key(ops[view]) == key(reader):
-        return None
-    return view
-
-
 _EPILOGUE = {"convert": 0, "divide": 0, "multiply": None}  # op -> where the result is read
 
 
@@ -301,24 +323,29 @@ def _epilogue_of(
     uses: Counter[Value],
     reduced: set[int],
     key: Callable[[Op], tuple],
-) -> int | None:
+) -> tuple[int, tuple[int, ...]] | None:
     """The root of the reduction's fusion `op` ends, as the epilogue popops' reduce applies to
-    its output: `op` a cast, or a scale by a scalar (a broadcast of one), of the fusion's
-    result, which nothing else reads; else None."""
+    its output, with the view `op` reads it through (none, or one: a reduction writes its
+    result in any shape of its size): `op` a cast, or a scale by a scalar (a broadcast of one),
+    of the fusion's result, which nothing else reads; else None."""
     if op.name not in _EPILOGUE or len(op.results) != 1:
         return None
     for at, value in enumerate(op.operands):
         producer = made.get(value)
+        view: tuple[int, ...] = ()
+        if producer is not None and _view(ops[producer]) and uses[value] == 1:
+            value, view = ops[producer].operands[0], (producer,)
+            producer = made.get(value)
         if producer is None or producer not in reduced or uses[value] != 1:
             continue
         others = [v for i, v in enumerate(op.operands) if i != at]
         fits = (
             _EPILOGUE[op.name] in (None, at)
-            and key(ops[producer]) == key(op)
-            and value.shape == op.results[0].shape
+            and all(key(ops[i]) == key(op) for i in (producer, *view))
+            and value.size == op.results[0].size
             and all(scalar_operand(v, ops[made[v]] if v in made else None) for v in others)
         )
-        return producer if fits else None
+        return (producer, view) if fits else None
     return None
 
 

@@ -43,7 +43,8 @@ def fusion_tile_rule(
     moved = [v.dtype for v in op.operands if not _scalar(v, ctx)] + [v.dtype for v in extras]
     cycles = fused_cycles(members(op), out.block_elements, moved, root.dtype, ctx.target)
     step = block_step(op, f"fusion({label(op)})", viewed, out, cycles, ctx)
-    outs = (out,) * len(op.results)  # the extras have the root's shape (`lowering.fusion`)
+    # the extras have the root's size (`lowering.fusion`), some in a shape of their own
+    outs = tuple(dataclasses.replace(out, shape=v.shape) for v in op.results)
     return Task(op, inputs, layouts, outs, blockwise_kernel(op), (step,))
 
 
@@ -108,7 +109,12 @@ def _fused_reduce(
     rest = [dataclasses.replace(s, op=FUSION) for s in rest]
     steps = _with_epilogue([first, *rest], epilogue, planned.result_layouts[0], ctx.target)
     kernel = _fused_reduce_kernel(region, chain, reduce, epilogue, planned.kernel)
-    return Task(op, inputs, layouts, planned.result_layouts, kernel, steps)
+    # an epilogue may read the sums through a view: the same elements on the same tiles
+    outs = tuple(
+        dataclasses.replace(lay, shape=v.shape)
+        for v, lay in zip(op.results, planned.result_layouts, strict=True)
+    )
+    return Task(op, inputs, layouts, outs, kernel, steps)
 
 
 def _with_epilogue(

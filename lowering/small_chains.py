@@ -1,0 +1,241 @@
+"""Small chains joined after grouping, as XLA's multi-output fusion joins a producer fusion to its
+consumer and two sibling fusions that read one operand.
+
+Grouping (`lowering.fusion`) walks the ops in the order jax wrote them, so a chain stops where
+jax wrote a reader of its result before the op that could take it in: a batch norm's
+`a.astype(f16)[..., None]` is broadcast into the normalisation before jax writes the same for
+`b`, and the running statistics' update reads the mean where nothing else of the
+normalisation's [C] vectors does. Each such piece would be a superstep of a few hundred
+cycles on the same tiles as its neighbour. Once every chain is made, this pass joins two
+chains of small results (at most `SMALL` elements each, the [C] vectors of a normalisation):
+
+- a producer and its consumer (read directly or through a view that nothing else reads),
+  when every other reader of the producer's results comes after the consumer;
+- two siblings that read one tensor of their size (through views), when every reader of the
+  earlier one's results comes after the later one.
+
+The joined chain sits where the later one sat, gives out the earlier one's results that are
+read outside it, and is costed as one fusion (one superstep). Values never change: the
+members compute what they computed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+
+from lowering.ir import Op, Value, op_reads
+from lowering.siblings import FUSION
+from lowering.vocabulary import ELEMENTWISE
+
+SMALL = 2048  # elements of each result: ResNet-50's widest normalisation has 2,048 channels
+
+# What may wait behind a joined chain: views, which cost nothing where they are made (a
+# broadcast of a [C] vector into an activation is read where its reader runs).
+_MOVABLE = frozenset({"reshape", "broadcast_in_dim"})
+
+Build = Callable[[list[Op], Sequence[Value]], Op]  # members (root last), extras -> a fusion
+
+
+def join_small_chains(
+    ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple], build: Build
+) -> list[Op]:
+    """`ops` with small chains joined as the module says; `ops` itself when none join."""
+    if not any(_chain(op) for op in ops):
+        return ops
+    joins = _Joins(ops, set(outputs), key)
+    for t in range(len(ops)):
+        while _chain(joins.slots[t]):
+            found = joins.partner(t)
+            if found is None:
+                break
+            joins.join(t, *found, build)
+    if not joins.joined:
+        return ops
+    return [o for i, op in enumerate(joins.slots) if op is not None for o in (op, *joins.after[i])]
+
+
+def _chain(op: Op | None) -> bool:
+    """An elementwise op or a fusion without a reduction, of small results of one size (more
+    than one element: scalars' chains are grouping's), whose tensor operands have that size
+    too (a fusion of them is laid out as one)."""
+    if op is None or not op.results:
+        return False
+    if op.name == FUSION:
+        if any(m.name == "reduce" for m in op.regions[0].ops):
+            return False
+    elif op.name not in ELEMENTWISE or len(op.results) != 1:
+        return False
+    size = op.results[0].size
+    return (
+        1 < size <= SMALL
+        and all(v.size == size for v in op.results)
+        and all(v.size in (1, size) for v in op.operands)
+    )
+
+
+def _view(op: Op | None) -> bool:
+    """A reshape, or a broadcast that keeps the element count: a layout, not data."""
+    if op is None or op.name not in ("reshape", "broadcast_in_dim"):
+        return False
+    return op.results[0].size == op.operands[0].size
+
+
+class _Joins:
+    """The ops as joined so far (a joined-away op's slot is None), who makes and who reads each
+    value, and which chains read each tensor (through views)."""
+
+    def __init__(self, ops: list[Op], kept: set[Value], key: Callable[[Op], tuple]) -> None:
+        self.slots: list[Op | None] = list(ops)
+        self.kept, self.key = kept, key
+        self.made = {v: i for i, op in enumerate(ops) for v in op.results}
+        self.readers: dict[Value, set[float]] = {}  # x.5: waiting behind slot x
+        for i, op in enumerate(ops):
+            self._read(i, op)
+        self.by_tensor: dict[Value, set[int]] = {}
+        for i, op in enumerate(ops):
+            if _chain(op):
+                for w in self._tensors(op):
+                    self.by_tensor.setdefault(w, set()).add(i)
+        self.joined = False
+        # views moved to just after a joined chain (they read what it gives out), by slot
+        self.after: dict[int, list[Op]] = {i: [] for i in range(len(ops))}
+
+    def _read(self, index: float, op: Op) -> None:
+        for v in op_reads(op) if op.regions else op.operands:
+            self.readers.setdefault(v, set()).add(index)
+
+    def _tensors(self, op: Op) -> set[Value]:
+        """The tensors of its size `op` reads, and what they are views of."""
+        out = set()
+        for v in op.operands:
+            if v.size > 1:
+                out.add(v)
+                while v in self.made and _view(self.slots[self.made[v]]):
+                    v = self.slots[self.made[v]].operands[0]  # type: ignore[union-attr]
+                    out.add(v)
+        return out
+
+    def partner(self, t: int) -> tuple[int, int | None] | None:
+        """An earlier chain that op `t` can take in (with the view it reads it through),
+        else None."""
+        op = self.slots[t]
+        assert op is not None
+        candidates: dict[int, int | None] = {}
+        for v in op.operands:  # producers, directly or through a view
+            at = self.made.get(v)
+            if at is None or at >= t:
+                continue
+            maker = self.slots[at]
+            if _view(maker) and self.readers.get(v) == {t}:
+                source = self.made.get(maker.operands[0])  # type: ignore[union-attr]
+                if source is not None:
+                    candidates.setdefault(source, at)
+            else:
+                candidates.setdefault(at, None)
+        for w in self._tensors(op):  # siblings: chains that read a tensor `op` reads
+            for s in self.by_tensor.get(w, ()):
+                if s < t:
+                    candidates.setdefault(s, None)
+        for s, view in sorted(candidates.items(), reverse=True):
+            if self._joins(s, view, t):
+                return s, view
+        return None
+
+    def _joins(self, s: int, view: int | None, t: int) -> bool:
+        other, op = self.slots[s], self.slots[t]
+        if not _chain(other) or other is None or op is None:
+            return False
+        if other.results[0].size != op.results[0].size or self.key(other) != self.key(op):
+            return False
+        if view is not None and self.key(self.slots[view]) != self.key(op):  # type: ignore[arg-type]
+            return False
+        near = {s, t} if view is None else {s, t, view}
+        moved = self._moved(s, t, near)
+        if moved is None:
+            return False
+        later = [v for r in moved for v in self._op(r).results] + [
+            v for w in self.after[s] for v in w.results
+        ]
+        return all(r > t for v in later for r in self.readers.get(v, ()))
+
+    def _op(self, index: int) -> Op:
+        op = self.slots[index]
+        assert op is not None
+        return op
+
+    def _moved(self, s: int, t: int, near: set[int]) -> list[int] | None:
+        """The views between chains `s` and `t` that read the earlier one's results and would
+        move to after `t` (each to be read after `t` alone), or None when another op reads
+        them before `t`."""
+        moved = []
+        for v in self._op(s).results:
+            for r in self.readers.get(v, ()):
+                if r > t or r in near or r == s + 0.5:  # s + 0.5: views waiting behind s
+                    continue
+                if r != int(r) or self._op(int(r)).name not in _MOVABLE:
+                    return None  # read by a view waiting behind another chain, or an op
+                moved.append(int(r))
+        return moved
+
+    def join(self, t: int, s: int, view: int | None, build: Build) -> None:
+        """Op `t` made one fusion with chain `s` (and the view `view` between them)."""
+        gone = [s] if view is None else [s, view]
+        moved = self._moved(s, t, {*gone, t}) or []
+        parts = [self.slots[i] for i in (*gone, t)]
+        made = {v for p in parts for v in p.results}  # type: ignore[union-attr]
+        outside = {v for v in made if self.readers.get(v, set()).difference(gone, [t])}
+        merged = _merged(parts, outside | self.kept, build)  # type: ignore[arg-type]
+        for tensor in self._tensors(self._op(s)):
+            self.by_tensor.get(tensor, set()).discard(s)
+        # views of its results wait until after the joined chain: read at t + 0.5
+        waiting = [(r, self._op(r)) for r in moved] + [(s + 0.5, w) for w in self.after[s]]
+        for r, w in waiting:
+            for v in op_reads(w):
+                self.readers[v].discard(r)
+                self.readers[v].add(t + 0.5)
+            for v in w.results:
+                self.made[v] = t
+            self.after[t].append(w)
+        for r in moved:
+            self.slots[r] = None
+        self.after[s] = []
+        for i in gone:
+            for v in op_reads(self.slots[i]):  # type: ignore[arg-type]
+                self.readers[v].discard(i)
+            self.slots[i] = None
+        for v in merged.results:
+            self.made[v] = t
+        self._read(t, merged)
+        for tensor in self._tensors(merged):
+            self.by_tensor.setdefault(tensor, set()).add(t)
+        self.slots[t] = merged
+        self.joined = True
+
+
+def _merged(parts: list[Op], read: set[Value], build: Build) -> Op:
+    """One fusion of `parts` (the later chain last), giving out the earlier parts' results
+    (and the later chain's own extras) that are `read` outside it."""
+    members = [m for part in parts for m in _members(part)]
+    root = parts[-1].results[0]
+    given = [v for p in parts for v in p.results if v is not root and v in read]
+    return build(members, given)
+
+
+def _members(op: Op) -> list[Op]:
+    """A fusion's members on its own operands and results; any other op itself."""
+    if op.name != FUSION:
+        return [op]
+    region = op.regions[0]
+    renamed = {
+        **dict(zip(region.inputs, op.operands, strict=True)),
+        **dict(zip(region.outputs, op.results, strict=True)),
+    }
+    return [
+        dataclasses.replace(
+            m,
+            operands=tuple(renamed.get(v, v) for v in m.operands),
+            results=tuple(renamed.get(v, v) for v in m.results),
+        )
+        for m in region.ops
+    ]
