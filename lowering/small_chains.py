@@ -15,8 +15,10 @@ chains of small results (at most `SMALL` elements each, the [C] vectors of a nor
   earlier one's results comes after the later one.
 
 The joined chain sits where the later one sat, gives out the earlier one's results that are
-read outside it, and is costed as one fusion (one superstep). Values never change: the
-members compute what they computed.
+read outside it, and is costed as one fusion (one superstep). Views of the earlier one's
+results that jax wrote between the two wait until after the joined chain (in a phased or
+pipelined program only views of the chains' own fusion key, so nothing crosses a cut).
+Values never change: the members compute what they computed.
 """
 
 from __future__ import annotations
@@ -175,6 +177,8 @@ class _Joins:
                     continue
                 if r != int(r) or self._op(int(r)).name not in _MOVABLE:
                     return None  # read by a view waiting behind another chain, or an op
+                if self.key(self._op(int(r))) != self.key(self._op(t)):
+                    return None  # a view of another phase's or stage's source stays put
                 moved.append(int(r))
         return moved
 

@@ -193,3 +193,40 @@ def test_joined_chains_never_change_a_value(steps) -> None:
     x = np.linspace(-1, 1, C, dtype=np.float32)
     y = np.linspace(1, 2, C, dtype=np.float32)
     assert_trees_close(compile_for(f, x, y)(x, y), jax.jit(f)(x, y), rtol=1e-5, atol=1e-5)
+
+
+def _waiting_view_program(view_line: int) -> Graph:
+    """exp(x), its broadcast into [4, C] (read last), then exp(x) + x: the broadcast stands
+    between the two chains, in source line `view_line` (the chains are line 1)."""
+    f32 = np.dtype(np.float32)
+    x, y = Value(0, (C,), f32), Value(1, (4, C), f32)
+    a, v, t, w = (
+        Value(2, (C,), f32),
+        Value(3, (4, C), f32),
+        Value(4, (C,), f32),
+        Value(5, (4, C), f32),
+    )
+    one, other = lowering.SourceLoc("f.py", 1), lowering.SourceLoc("f.py", view_line)
+    spread = {"shape": (4, C), "broadcast_dimensions": (1,)}
+    ops = [
+        Op("exponential", (x,), (a,), {}, (), one),
+        Op("broadcast_in_dim", (a,), (v,), spread, (), other),
+        Op("add", (a, x), (t,), {}, (), one),
+        Op("multiply", (v, y), (w,), {}, (), other),
+    ]
+    return _graph(ops, (x, y), (t, w))
+
+
+def test_a_view_between_two_chains_waits_behind_them_within_one_key() -> None:
+    """The broadcast moves after the joined chain (exp and add, one fusion of two results);
+    in a phased build, where a fusion stays within one line, a broadcast of another line stays
+    where jax wrote it and the chains stay apart. The values never change."""
+    xs = np.linspace(-1, 1, C, dtype=np.float32)
+    ys = np.ones((4, C), np.float32)
+    for line, phased, joined in ((1, False, True), (2, False, True), (2, True, False)):
+        graph = _waiting_view_program(line)
+        fused = lowering.fuse_elementwise(graph, by_source=phased)
+        chains = [op for op in fused.ops if op.name in ("fusion", "exponential", "add")]
+        assert len(chains) == (1 if joined else 2), (line, phased)
+        got = lowering.interpret(fused, (xs, ys))
+        assert_trees_close(list(got), list(lowering.interpret(graph, (xs, ys))))
