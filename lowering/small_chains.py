@@ -43,11 +43,12 @@ def join_small_chains(
     ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple], build: Build
 ) -> list[Op]:
     """`ops` with small chains joined as the module says; `ops` itself when none join."""
-    if not any(_chain(op) for op in ops):
+    chains = [_chain(op) for op in ops]
+    if not any(chains):
         return ops
-    joins = _Joins(ops, set(outputs), key)
+    joins = _Joins(ops, chains, set(outputs), key)
     for t in range(len(ops)):
-        while _chain(joins.slots[t]):
+        while joins.chains[t]:
             found = joins.partner(t)
             if found is None:
                 break
@@ -87,16 +88,26 @@ class _Joins:
     """The ops as joined so far (a joined-away op's slot is None), who makes and who reads each
     value, and which chains read each tensor (through views)."""
 
-    def __init__(self, ops: list[Op], kept: set[Value], key: Callable[[Op], tuple]) -> None:
+    def __init__(
+        self, ops: list[Op], chains: list[bool], kept: set[Value], key: Callable[[Op], tuple]
+    ) -> None:
         self.slots: list[Op | None] = list(ops)
+        self.chains = chains  # whether each slot holds a small chain
         self.kept, self.key = kept, key
         self.made = {v: i for i, op in enumerate(ops) for v in op.results}
+        # who reads the results of chains and views (the only readers asked after)
+        self.tracked = {
+            v
+            for op, chain in zip(ops, chains, strict=True)
+            if chain or op.name in _MOVABLE
+            for v in op.results
+        }
         self.readers: dict[Value, set[float]] = {}  # x.5: waiting behind slot x
         for i, op in enumerate(ops):
             self._read(i, op)
         self.by_tensor: dict[Value, set[int]] = {}
         for i, op in enumerate(ops):
-            if _chain(op):
+            if chains[i]:
                 for w in self._tensors(op):
                     self.by_tensor.setdefault(w, set()).add(i)
         self.joined = False
@@ -105,7 +116,13 @@ class _Joins:
 
     def _read(self, index: float, op: Op) -> None:
         for v in op_reads(op) if op.regions else op.operands:
-            self.readers.setdefault(v, set()).add(index)
+            if v in self.tracked:
+                self.readers.setdefault(v, set()).add(index)
+
+    def _unread(self, index: float, op: Op) -> None:
+        for v in op_reads(op) if op.regions else op.operands:
+            if v in self.tracked:
+                self.readers[v].discard(index)
 
     def _tensors(self, op: Op) -> set[Value]:
         """The tensors of its size `op` reads, and what they are views of."""
@@ -146,7 +163,7 @@ class _Joins:
 
     def _joins(self, s: int, view: int | None, t: int) -> bool:
         other, op = self.slots[s], self.slots[t]
-        if not _chain(other) or other is None or op is None:
+        if not self.chains[s] or other is None or op is None:
             return False
         if other.results[0].size != op.results[0].size or self.key(other) != self.key(op):
             return False
@@ -195,9 +212,8 @@ class _Joins:
         # views of its results wait until after the joined chain: read at t + 0.5
         waiting = [(r, self._op(r)) for r in moved] + [(s + 0.5, w) for w in self.after[s]]
         for r, w in waiting:
-            for v in op_reads(w):
-                self.readers[v].discard(r)
-                self.readers[v].add(t + 0.5)
+            self._unread(r, w)
+            self._read(t + 0.5, w)
             for v in w.results:
                 self.made[v] = t
             self.after[t].append(w)
@@ -205,15 +221,16 @@ class _Joins:
             self.slots[r] = None
         self.after[s] = []
         for i in gone:
-            for v in op_reads(self.slots[i]):  # type: ignore[arg-type]
-                self.readers[v].discard(i)
+            self._unread(i, self._op(i))
             self.slots[i] = None
+            self.chains[i] = False
         for v in merged.results:
             self.made[v] = t
         self._read(t, merged)
         for tensor in self._tensors(merged):
             self.by_tensor.setdefault(tensor, set()).add(t)
         self.slots[t] = merged
+        self.chains[t] = _chain(merged)
         self.joined = True
 
 
