@@ -20,7 +20,7 @@ does to its output as it writes it (`ReduceParams`' scale, and the output's own 
 scale by a scalar (a mean's division) and a cast, each of the reduction's result alone. A
 fusion sits where its last member (its root) sat: its members' operands all exist by then.
 The pass runs on each graph of a program, loop bodies and branches included; fusions of one
-op are left as the op. A small result (up to `_SHARED` elements) that ops after the chain read
+op are left as the op. A small result (`small_chains.SMALL`) that ops after the chain read
 too joins all the same, and the fusion gives it out besides its root's result (a multi-output
 fusion), through a view too (the view then joins). A reduction's epilogue may read its sums
 through a view. Before grouping, a view of a small result is made again at each reader
@@ -41,7 +41,7 @@ from typing import Any
 from lowering.cast_copies import copy_casts
 from lowering.ir import Graph, Op, Value, op_reads, walk
 from lowering.siblings import FUSION, join_siblings, reduces_one
-from lowering.small_chains import join_small_chains
+from lowering.small_chains import SMALL, join_small_chains
 from lowering.view_copies import copy_views
 from lowering.vocabulary import ELEMENTWISE
 
@@ -236,7 +236,7 @@ class _Grouping:
         """Whether `op` takes in `value` (read through the view `through`, if given), which
         ops after it read too, the fusion then giving it out as a result of its own (a
         multi-output fusion), stored as the chain writes it."""
-        if reduces or value.size > _SHARED:
+        if reduces or value.size > SMALL:
             return False
         owner = self.root_of.get(producer)
         around = {index, *self.groups.get(owner, [])} if owner is not None else {index}
@@ -295,14 +295,6 @@ class _Grouping:
         for i in group:
             self.root_of[i] = index
         self.groups[index] = group
-
-
-# A chain gives out a member's result besides its root's (the member read after the chain too)
-# when it is this small: a normalisation's [C] vectors (ResNet-50's widest has 2,048), each of
-# which would otherwise be a superstep of its own. Larger results stay where they are made and
-# their readers' chains apart: joining a later reader's chain would compute it early and keep
-# its result (an activation's `1 - tanh` made in the forward pass and held for the backward).
-_SHARED = 2048
 
 
 def _view(op: Op) -> bool:

@@ -30,7 +30,13 @@ from lowering.ir import Op, Value, op_reads
 from lowering.siblings import FUSION
 from lowering.vocabulary import ELEMENTWISE
 
-SMALL = 2048  # elements of each result: ResNet-50's widest normalisation has 2,048 channels
+# A small result, in elements: a normalisation's [C] vectors (ResNet-50's widest has 2,048),
+# each of which would otherwise be a superstep of its own. Chains give such results out to
+# later readers (`fusion`), views of them are made at each reader (`view_copies`) and chains of
+# them join here. Larger results stay where they are made and their readers' chains apart:
+# joining a later reader's chain would compute it early and keep its result (an activation's
+# `1 - tanh` made in the forward pass and held for the backward).
+SMALL = 2048
 
 # What may wait behind a joined chain: views, which cost nothing where they are made (a
 # broadcast of a [C] vector into an activation is read where its reader runs).

@@ -7,9 +7,9 @@ pass, and jax often makes it well before its reader. A view read by several ops 
 of their chains (`fusion` joins a view with its one reader), and one made early stands between a
 chain and the ops after it that would take it in. A view costs nothing (a layout, not data), so
 each reader gets its own copy, made just before it; the chain that makes the viewed value can
-then give it out to each. Only views of small tensors (a normalisation's vectors, at most
-`SMALL` elements) made by elementwise ops or reductions are copied: larger tensors keep their
-one view, so nothing about a program's activations changes. A phased or pipelined program
+then give it out to each. Only views of small tensors (a normalisation's vectors,
+`small_chains.SMALL`) made by elementwise ops or reductions are copied: larger tensors keep
+their one view, so nothing about a program's activations changes. A phased or pipelined program
 keeps its views where jax wrote them (`fusion` does not call this pass there): its phases
 and stages are cut by its ops' order, and a view moved into its reader's block would carry a
 parameter's view from one block's phase into another's.
@@ -22,9 +22,8 @@ import itertools
 from collections.abc import Iterable
 
 from lowering.ir import Op, Value, op_reads
+from lowering.small_chains import SMALL
 from lowering.vocabulary import ELEMENTWISE
-
-SMALL = 2048  # elements: ResNet-50's widest normalisation has 2,048 channels
 
 _VIEWS = frozenset({"reshape", "broadcast_in_dim"})
 _MAKERS = ELEMENTWISE | {"reduce"}
