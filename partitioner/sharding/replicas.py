@@ -67,14 +67,22 @@ def varying_over(
         v: frozenset(s.axes) for v, s in zip(inputs, input_shardings, strict=True)
     }
     for op in ops:
-        reads = op_reads(op)
-        inherited = frozenset().union(*(varying.get(v, frozenset()) for v in reads))
         axes = frozenset(op.attrs.get("axes", ())) if op.name in COLLECTIVES | SHARD_OPS else None
-        if axes is not None and op.name in _JOINING:
-            inherited -= axes
-        elif axes is not None:
-            inherited |= axes
-        varying.update(dict.fromkeys(op.results, inherited))
+        # A collective the combiner merged acts on each operand alone: its i-th result varies
+        # as its i-th operand does (a gradient buffer mixes tp-split and tp-replicated ones).
+        combined = axes is not None and len(op.operands) == len(op.results) > 1
+        groups = (
+            [((v,), (r,)) for v, r in zip(op.operands, op.results, strict=True)]
+            if combined
+            else [(op_reads(op), op.results)]
+        )
+        for reads, results in groups:
+            inherited = frozenset().union(*(varying.get(v, frozenset()) for v in reads))
+            if axes is not None and op.name in _JOINING:
+                inherited -= axes
+            elif axes is not None:
+                inherited |= axes
+            varying.update(dict.fromkeys(results, inherited))
     return varying
 
 
