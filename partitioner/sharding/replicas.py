@@ -53,7 +53,8 @@ _JOINING = COLLECTIVES - _SPLITTING
 def varying_axes(graph: Graph, input_shardings: Sequence[Sharding]) -> dict[Value, frozenset[str]]:
     """For every value of a per-IPU program, the mesh axes over which its IPUs hold different
     data (shard_map's notion of a varying value): an input varies over the axes that split it,
-    an all-reduce or all-gather makes its result agree over its axes, a shard op or
+    an all-reduce or all-gather makes its result agree over its axes (each result of a
+    combined one as its own operand would), a shard op or
     reduce-scatter makes it differ, and any other op varies where its inputs do. A value is
     replicated over every other axis of the mesh."""
     return varying_over(graph.inputs, graph.ops, input_shardings)
