@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from lowering.ir import Op, Value, op_reads
+from lowering.loops import renamed
 from lowering.siblings import reduces_one
 from lowering.vocabulary import ELEMENTWISE
 
@@ -44,23 +45,22 @@ def copy_casts(
     ]
     if not copied:
         return ops
-    before: defaultdict[int, list[Op]] = defaultdict(list)  # reader -> the copies it reads
-    renamed: defaultdict[int, dict[Value, Value]] = defaultdict(dict)
-    for i in copied:
-        cast = ops[i]
-        (result,) = cast.results
-        for j in readers[result]:
-            fresh = Value(next(ids), result.shape, result.dtype)
-            before[j].append(dataclasses.replace(cast, results=(fresh,)))
-            renamed[j][result] = fresh
-    dropped = set(copied)
+    return made_at_readers(ops, {ops[i].results[0]: ops[i] for i in copied}, ids)
+
+
+def made_at_readers(ops: list[Op], copied: Mapping[Value, Op], ids: itertools.count) -> list[Op]:
+    """`ops` with each op of `copied` (by its one result, in program order) made again just
+    before each op that reads that result as an operand, which then reads its own copy; the
+    op itself is dropped. The copies before one reader come in program order."""
+    position = {v: k for k, v in enumerate(copied)}
     out: list[Op] = []
-    for index, op in enumerate(ops):
-        if index in dropped:
+    for op in ops:
+        if op.results and copied.get(op.results[0]) is op:
             continue
-        out += before.get(index, [])
-        names = renamed.get(index)
-        out.append(op if names is None else _reading(op, names))
+        read = sorted((v for v in set(op.operands) if v in position), key=position.__getitem__)
+        names = {v: Value(next(ids), v.shape, v.dtype) for v in read}
+        out += [dataclasses.replace(copied[v], results=(names[v],)) for v in read]
+        out.append(renamed(op, names))
     return out
 
 
@@ -77,7 +77,3 @@ def _absorbs(reader: Op, cast: Op, key: Callable[[Op], tuple]) -> bool:
         and len(reader.results) == 1
         and reader.results[0].shape == value.shape
     )
-
-
-def _reading(op: Op, names: dict[Value, Value]) -> Op:
-    return dataclasses.replace(op, operands=tuple(names.get(v, v) for v in op.operands))

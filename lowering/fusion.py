@@ -41,7 +41,7 @@ from typing import Any
 from lowering.cast_copies import copy_casts
 from lowering.ir import Graph, Op, Value, op_reads, walk
 from lowering.siblings import FUSION, join_siblings, reduces_one
-from lowering.small_chains import SMALL, join_small_chains
+from lowering.small_chains import SMALL, is_bitcast, join_small_chains
 from lowering.view_copies import copy_views
 from lowering.vocabulary import ELEMENTWISE
 
@@ -212,7 +212,7 @@ class _Grouping:
         else None."""
         ops, made = self.ops, self.made
         view = made.get(value)
-        if view is None or self.uses[value] != 1 or not _view(ops[view]):
+        if view is None or self.uses[value] != 1 or not is_bitcast(ops[view]):
             return None
         source = ops[view].operands[0]
         producer = made.get(source)
@@ -297,14 +297,6 @@ class _Grouping:
         self.groups[index] = group
 
 
-def _view(op: Op) -> bool:
-    """A reshape, or a broadcast that only adds dimensions of one: the same elements in the same
-    order (a bitcast in XLA), which a map expression reads through as it reads its operand."""
-    if op.name == "reshape":
-        return True
-    return op.name == "broadcast_in_dim" and op.results[0].size == op.operands[0].size
-
-
 _EPILOGUE = {"convert": 0, "divide": 0, "multiply": None}  # op -> where the result is read
 
 
@@ -325,7 +317,7 @@ def _epilogue_of(
     for at, value in enumerate(op.operands):
         producer = made.get(value)
         view: tuple[int, ...] = ()
-        if producer is not None and _view(ops[producer]) and uses[value] == 1:
+        if producer is not None and is_bitcast(ops[producer]) and uses[value] == 1:
             value, view = ops[producer].operands[0], (producer,)
             producer = made.get(value)
         if producer is None or producer not in reduced or uses[value] != 1:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from lowering.ir import Graph, Op, Value, op_reads
@@ -186,11 +186,11 @@ def _joined(parts: list[Op], ids: itertools.count) -> Op:
             renamed = {
                 inner: inputs[v] for inner, v in zip(region.inputs, part.operands, strict=True)
             }
-            body += [_renamed(m, renamed) for m in region.ops]
+            body += [rename_all(m, renamed) for m in region.ops]
             outputs += region.outputs
         else:  # a bare reduce: its result renamed inside, as `fusion._fusion` renames a root
             result = {v: Value(next(ids), v.shape, v.dtype) for v in part.results}
-            body.append(_renamed(part, {**inputs, **result}))
+            body.append(rename_all(part, {**inputs, **result}))
             outputs += result.values()
     region = Graph(
         inputs=tuple(inputs.values()), outputs=tuple(outputs), ops=tuple(body), name=FUSION
@@ -200,7 +200,8 @@ def _joined(parts: list[Op], ids: itertools.count) -> Op:
     return Op(FUSION, external, results, {"members": names}, (region,), parts[-1].loc)
 
 
-def _renamed(op: Op, renamed: dict[Value, Value]) -> Op:
+def rename_all(op: Op, renamed: Mapping[Value, Value]) -> Op:
+    """`op` reading and writing `renamed`'s values in place of their keys."""
     return dataclasses.replace(
         op,
         operands=tuple(renamed.get(v, v) for v in op.operands),

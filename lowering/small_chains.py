@@ -23,11 +23,10 @@ Values never change: the members compute what they computed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 
 from lowering.ir import Op, Value, op_reads
-from lowering.siblings import FUSION
+from lowering.siblings import FUSION, rename_all
 from lowering.vocabulary import ELEMENTWISE
 
 # A small result, in elements: a normalisation's [C] vectors (ResNet-50's widest has 2,048),
@@ -38,9 +37,10 @@ from lowering.vocabulary import ELEMENTWISE
 # `1 - tanh` made in the forward pass and held for the backward).
 SMALL = 2048
 
-# What may wait behind a joined chain: views, which cost nothing where they are made (a
-# broadcast of a [C] vector into an activation is read where its reader runs).
-_MOVABLE = frozenset({"reshape", "broadcast_in_dim"})
+# Views: layouts, not data. They cost nothing where they are made, so one may be made again at
+# each reader (`view_copies`) or wait behind a joined chain (a broadcast of a [C] vector into
+# an activation is read where its reader runs).
+VIEWS = frozenset({"reshape", "broadcast_in_dim"})
 
 Build = Callable[[list[Op], Sequence[Value]], Op]  # members (root last), extras -> a fusion
 
@@ -59,7 +59,7 @@ def join_small_chains(
             if found is None:
                 break
             joins.join(t, *found, build)
-    if not joins.joined:
+    if all(op is not None for op in joins.slots):  # nothing joined
         return ops
     return [o for i, op in enumerate(joins.slots) if op is not None for o in (op, *joins.after[i])]
 
@@ -83,9 +83,11 @@ def _chain(op: Op | None) -> bool:
     )
 
 
-def _view(op: Op | None) -> bool:
-    """A reshape, or a broadcast that keeps the element count: a layout, not data."""
-    if op is None or op.name not in ("reshape", "broadcast_in_dim"):
+def is_bitcast(op: Op | None) -> bool:
+    """A reshape, or a broadcast that only adds dimensions of one: the same elements in the
+    same order (a bitcast in XLA), which a map expression reads through as it reads its
+    operand."""
+    if op is None or op.name not in VIEWS:
         return False
     return op.results[0].size == op.operands[0].size
 
@@ -105,7 +107,7 @@ class _Joins:
         self.tracked = {
             v
             for op, chain in zip(ops, chains, strict=True)
-            if chain or op.name in _MOVABLE
+            if chain or op.name in VIEWS
             for v in op.results
         }
         self.readers: dict[Value, set[float]] = {}  # x.5: waiting behind slot x
@@ -116,7 +118,6 @@ class _Joins:
             if chains[i]:
                 for w in self._tensors(op):
                     self.by_tensor.setdefault(w, set()).add(i)
-        self.joined = False
         # views moved to just after a joined chain (they read what it gives out), by slot
         self.after: dict[int, list[Op]] = {i: [] for i in range(len(ops))}
 
@@ -136,14 +137,14 @@ class _Joins:
         for v in op.operands:
             if v.size > 1:
                 out.add(v)
-                while v in self.made and _view(self.slots[self.made[v]]):
+                while v in self.made and is_bitcast(self.slots[self.made[v]]):
                     v = self.slots[self.made[v]].operands[0]  # type: ignore[union-attr]
                     out.add(v)
         return out
 
-    def partner(self, t: int) -> tuple[int, int | None] | None:
-        """An earlier chain that op `t` can take in (with the view it reads it through),
-        else None."""
+    def partner(self, t: int) -> tuple[int, int | None, list[int]] | None:
+        """An earlier chain that op `t` can take in, with the view it reads it through and
+        the views that would wait behind the joined chain (`_moved`), else None."""
         op = self.slots[t]
         assert op is not None
         candidates: dict[int, int | None] = {}
@@ -152,7 +153,7 @@ class _Joins:
             if at is None or at >= t:
                 continue
             maker = self.slots[at]
-            if _view(maker) and self.readers.get(v) == {t}:
+            if is_bitcast(maker) and self.readers.get(v) == {t}:
                 source = self.made.get(maker.operands[0])  # type: ignore[union-attr]
                 if source is not None:
                     candidates.setdefault(source, at)
@@ -163,26 +164,29 @@ class _Joins:
                 if s < t:
                     candidates.setdefault(s, None)
         for s, view in sorted(candidates.items(), reverse=True):
-            if self._joins(s, view, t):
-                return s, view
+            moved = self._joins(s, view, t)
+            if moved is not None:
+                return s, view, moved
         return None
 
-    def _joins(self, s: int, view: int | None, t: int) -> bool:
+    def _joins(self, s: int, view: int | None, t: int) -> list[int] | None:
+        """The views that would wait behind chains `s` and `t` joined (`_moved`), or None when
+        they cannot join."""
         other, op = self.slots[s], self.slots[t]
         if not self.chains[s] or other is None or op is None:
-            return False
+            return None
         if other.results[0].size != op.results[0].size or self.key(other) != self.key(op):
-            return False
+            return None
         if view is not None and self.key(self.slots[view]) != self.key(op):  # type: ignore[arg-type]
-            return False
+            return None
         near = {s, t} if view is None else {s, t, view}
         moved = self._moved(s, t, near)
         if moved is None:
-            return False
+            return None
         later = [v for r in moved for v in self._op(r).results] + [
             v for w in self.after[s] for v in w.results
         ]
-        return all(r > t for v in later for r in self.readers.get(v, ()))
+        return moved if all(r > t for v in later for r in self.readers.get(v, ())) else None
 
     def _op(self, index: int) -> Op:
         op = self.slots[index]
@@ -198,17 +202,17 @@ class _Joins:
             for r in self.readers.get(v, ()):
                 if r > t or r in near or r == s + 0.5:  # s + 0.5: views waiting behind s
                     continue
-                if r != int(r) or self._op(int(r)).name not in _MOVABLE:
+                if r != int(r) or self._op(int(r)).name not in VIEWS:
                     return None  # read by a view waiting behind another chain, or an op
                 if self.key(self._op(int(r))) != self.key(self._op(t)):
                     return None  # a view of another phase's or stage's source stays put
                 moved.append(int(r))
         return moved
 
-    def join(self, t: int, s: int, view: int | None, build: Build) -> None:
-        """Op `t` made one fusion with chain `s` (and the view `view` between them)."""
+    def join(self, t: int, s: int, view: int | None, moved: list[int], build: Build) -> None:
+        """Op `t` made one fusion with chain `s` (and the view `view` between them), the views
+        `moved` waiting behind it."""
         gone = [s] if view is None else [s, view]
-        moved = self._moved(s, t, {*gone, t}) or []
         parts = [self.slots[i] for i in (*gone, t)]
         made = {v for p in parts for v in p.results}  # type: ignore[union-attr]
         outside = {v for v in made if self.readers.get(v, set()).difference(gone, [t])}
@@ -237,7 +241,6 @@ class _Joins:
             self.by_tensor.setdefault(tensor, set()).add(t)
         self.slots[t] = merged
         self.chains[t] = _chain(merged)
-        self.joined = True
 
 
 def _merged(parts: list[Op], read: set[Value], build: Build) -> Op:
@@ -254,15 +257,8 @@ def _members(op: Op) -> list[Op]:
     if op.name != FUSION:
         return [op]
     region = op.regions[0]
-    renamed = {
+    outer = {
         **dict(zip(region.inputs, op.operands, strict=True)),
         **dict(zip(region.outputs, op.results, strict=True)),
     }
-    return [
-        dataclasses.replace(
-            m,
-            operands=tuple(renamed.get(v, v) for v in m.operands),
-            results=tuple(renamed.get(v, v) for v in m.results),
-        )
-        for m in region.ops
-    ]
+    return [rename_all(m, outer) for m in region.ops]

@@ -17,15 +17,14 @@ parameter's view from one block's phase into another's.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Iterable
 
+from lowering.cast_copies import made_at_readers
 from lowering.ir import Op, Value, op_reads
-from lowering.small_chains import SMALL
+from lowering.small_chains import SMALL, VIEWS
 from lowering.vocabulary import ELEMENTWISE
 
-_VIEWS = frozenset({"reshape", "broadcast_in_dim"})
 _MAKERS = ELEMENTWISE | {"reduce"}
 
 
@@ -36,17 +35,7 @@ def copy_views(ops: list[Op], outputs: Iterable[Value], ids: itertools.count) ->
     copied = _copied(ops, views) if views else set()
     if not copied:
         return ops
-    out: list[Op] = []
-    for op in ops:
-        if op.results and op.results[0] in copied:
-            continue
-        names: dict[Value, Value] = {}
-        for v in dict.fromkeys(op.operands):
-            if v in copied:
-                names[v] = Value(next(ids), v.shape, v.dtype)
-                out.append(dataclasses.replace(views[v], results=(names[v],)))
-        out.append(op if not names else _reading(op, names))
-    return out
+    return made_at_readers(ops, {v: op for v, op in views.items() if v in copied}, ids)
 
 
 def _small_views(ops: list[Op], kept: set[Value]) -> dict[Value, Op]:
@@ -55,7 +44,7 @@ def _small_views(ops: list[Op], kept: set[Value]) -> dict[Value, Op]:
     return {
         op.results[0]: op
         for op in ops
-        if op.name in _VIEWS
+        if op.name in VIEWS
         and op.results[0] not in kept
         and op.operands[0].size <= SMALL
         and op.operands[0] in made
@@ -72,7 +61,3 @@ def _copied(ops: list[Op], views: dict[Value, Op]) -> set[Value]:
             captured.update(set(op_reads(op)).difference(op.operands))
         read.update(v for v in op.operands if v in views)
     return read - captured
-
-
-def _reading(op: Op, names: dict[Value, Value]) -> Op:
-    return dataclasses.replace(op, operands=tuple(names.get(v, v) for v in op.operands))
