@@ -18,6 +18,7 @@ from jax import lax
 # jax.lax has select_and_scatter only as the private primitive behind pooling gradients.
 from jax._src.lax.windowed_reductions import _select_and_scatter_add
 
+from lowering.conv_dots import convolution_as_dot
 from lowering.dtypes import is_float
 from lowering.fusion import fusion_eval_rule
 from lowering.library_ops import LIBRARY_EVAL_RULES
@@ -417,6 +418,21 @@ def _convolution_eval_rule(
     precision: tuple[str, ...],
     preferred_element_type: np.dtype,
 ) -> tuple[Array, ...]:
+    as_dot = convolution_as_dot(
+        lhs,
+        rhs,
+        window_strides=window_strides,
+        padding=padding,
+        lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation,
+        dimension_numbers=dimension_numbers,
+        feature_group_count=feature_group_count,
+        batch_group_count=batch_group_count,
+        precision=_lax_precision(precision),
+        preferred_element_type=preferred_element_type,
+    )
+    if as_dot is not None:
+        return (as_dot,)
     out = lax.conv_general_dilated(
         lhs,
         rhs,

@@ -3,7 +3,9 @@
 XLA reads `--xla_force_host_platform_device_count` once, when jax starts, and this process has
 one device; so `two_devices_child.py` runs in a child process that sees two, and prints what it
 found as one JSON line. Its cases: an MLP's loss and gradients on dp=2 x tp=2 (weights split
-over tp, the batch over dp) and on dp=4 (two IPUs per device), and two SGD steps with donation.
+over tp, the batch over dp) and on dp=4 (two IPUs per device), a small CNN's weight gradients
+on dp=4 (convolutions grouped over the IPUs, see lowering/conv_dots.py), and two SGD steps with
+donation.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def test_both_devices_run_the_program(report: dict[str, Any], case: str) -> None
     assert found["spread"]["flops"] < 0.6 * found["single"]["flops"]
 
 
-@pytest.mark.parametrize("case", ["dp_tp", "dp"])
+@pytest.mark.parametrize("case", ["dp_tp", "dp", "cnn"])
 def test_numbers_are_unchanged(report: dict[str, Any], case: str) -> None:
     # Sums across devices may associate differently from sums on one (dp=4 on two devices adds
     # (a + b) + (c + d)), so the values agree to rounding; where no sum crosses devices in

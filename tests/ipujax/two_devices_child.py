@@ -47,6 +47,28 @@ def example(batch: int = 16, width: int = 16, hidden: int = 32) -> tuple[dict, A
     return params, x, y
 
 
+def cnn_loss(params: dict, x: jax.Array) -> jax.Array:
+    """3x3, depthwise, 1x1 and strided 1x1 convolutions: under the runtime's vmap their weight
+    gradients are convolutions grouped over the IPUs, which XLA partitions over devices."""
+    dims = ("NHWC", "HWIO", "NHWC")
+    conv = lambda x, w, s=1, g=1: jax.lax.conv_general_dilated(  # noqa: E731
+        x, w, (s, s), "SAME", dimension_numbers=dims, feature_group_count=g
+    )
+    h = jax.nn.relu(conv(x, params["c3"]))
+    h = jax.nn.relu(conv(h, params["dw"], g=8))
+    h = jax.nn.relu(conv(h, params["c1"]) + conv(x, params["skip"]))
+    h = jax.nn.relu(conv(h, params["down"], s=2))
+    return jnp.mean(h**2)
+
+
+def cnn_example(batch: int = 8) -> tuple[dict, Any]:
+    rng = np.random.default_rng(1)
+    shapes = {"c3": (3, 3, 4, 8), "dw": (3, 3, 1, 8), "c1": (1, 1, 8, 8), "skip": (1, 1, 4, 8)}
+    params = {k: rng.normal(size=v).astype(np.float32) / 2 for k, v in shapes.items()}
+    params["down"] = rng.normal(size=(1, 1, 8, 16)).astype(np.float32) / 2
+    return params, rng.normal(size=(batch, 6, 6, 4)).astype(np.float32)
+
+
 def xla_figures(compiled: ipujax.Compiled, args: tuple) -> dict[str, Any]:
     """The XLA program the devices run: its partitions and each device's FLOPs."""
     flat = flatten_args(compiled.graph, args, {})
@@ -120,6 +142,7 @@ def main() -> None:
         "visible_devices": len(jax.devices()),
         "dp_tp": case(grads, dp_tp, (param_specs, P("dp"), P("dp")), args),
         "dp": case(grads, dp, (None, P("dp"), P("dp")), args),
+        "cnn": case(jax.grad(cnn_loss), dp, (None, P("dp")), cnn_example()),
         "loop": training_loop(dp_tp, (param_specs, P("dp"), P("dp")), args),
     }
     print(json.dumps(report))

@@ -1,0 +1,146 @@
+"""Convolutions that are dot products, evaluated as `dot_general`.
+
+A convolution is a dot product when, along every spatial dimension, either the window is one
+element wide (each output position reads one input position: a 1x1 convolution, strided or not)
+or the output is one element long (the window spans the input: the weight gradient of a 1x1
+convolution). Evaluated as a convolution under the runtime's vmap, such an op with both operands
+varying over IPUs becomes a convolution grouped over the IPUs, and XLA's SPMD partitioner
+(jax 0.10) splits a dot-like grouped convolution wrongly when those IPUs are spread over several
+devices: each device pairs the whole input with only its own share of the kernel. A
+`dot_general` with the groups as a batch dimension partitions correctly, and on one device
+computes the same sums, so these convolutions are always evaluated this way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jax import lax
+
+Array = Any
+
+
+def _dot_like(
+    lhs_size: int, window: int, stride: int, pads: tuple[int, int], dilations: tuple[int, int]
+) -> str | None:
+    """How one spatial dimension maps onto a dot: "free" (window 1: an output position reads
+    one input position), "contracted" (one output position: the window is summed), or None."""
+    lhs_dilation, rhs_dilation = dilations
+    padded = (lhs_size - 1) * lhs_dilation + 1 + pads[0] + pads[1]
+    out = (padded - ((window - 1) * rhs_dilation + 1)) // stride + 1
+    if window == 1:
+        return "free"
+    if out == 1:
+        return "contracted"
+    return None
+
+
+def convolution_as_dot(
+    lhs: Array,
+    rhs: Array,
+    *,
+    window_strides: tuple[int, ...],
+    padding: tuple[tuple[int, int], ...],
+    lhs_dilation: tuple[int, ...],
+    rhs_dilation: tuple[int, ...],
+    dimension_numbers: tuple[tuple[int, ...], ...],
+    feature_group_count: int,
+    batch_group_count: int,
+    precision: Any,
+    preferred_element_type: Any,
+) -> Array | None:
+    """The convolution as a `dot_general`, or None when it is not a dot product."""
+    (lb, lf, *ls), (ro, ri, *rs), (ob, of, *os_) = dimension_numbers
+    kinds = [
+        _dot_like(lhs.shape[d], rhs.shape[k], s, p, (ld, rd))
+        for d, k, s, p, ld, rd in zip(
+            ls, rs, window_strides, padding, lhs_dilation, rhs_dilation, strict=True
+        )
+    ]
+    if None in kinds:
+        return None
+    precision_and_type = (precision, preferred_element_type)
+    lhs = _strided(
+        _canonical(lhs, (lb, lf, *ls)),
+        kinds,
+        rhs,
+        (rs, window_strides),
+        padding,
+        (lhs_dilation, rhs_dilation),
+    )
+    out = _grouped_dot(
+        lhs,
+        _canonical(rhs, (ro, ri, *rs)),
+        kinds,
+        feature_group_count,
+        batch_group_count,
+        precision_and_type,
+    )
+    return lax.transpose(out, [[ob, of, *os_].index(j) for j in range(out.ndim)])
+
+
+def _canonical(x: Array, order: tuple[int, ...]) -> Array:
+    """`x` transposed to [batch, features, spatial...] (or [out, in, window...] for a kernel)."""
+    return lax.transpose(x, order)
+
+
+def _strided(
+    lhs: Array,
+    kinds: list[str],
+    rhs: Array,
+    windows: tuple[tuple[int, ...], tuple[int, ...]],
+    padding: tuple[tuple[int, int], ...],
+    dilations: tuple[tuple[int, ...], tuple[int, ...]],
+) -> Array:
+    """The canonical input padded and dilated, then strided to the positions the window's
+    elements read: the output's positions along a free dimension, the window's along a
+    contracted one."""
+    (rs, strides), (lhs_dilation, rhs_dilation) = windows, dilations
+    config = [(0, 0, 0), (0, 0, 0)] + [
+        (lo, hi, d - 1) for (lo, hi), d in zip(padding, lhs_dilation, strict=True)
+    ]
+    lhs = lax.pad(lhs, lax.full((), 0, lhs.dtype), config)
+    limits, steps = list(lhs.shape), [1] * lhs.ndim
+    for i, (kind, k, s, rd) in enumerate(zip(kinds, rs, strides, rhs_dilation, strict=True)):
+        size = lhs.shape[2 + i]
+        step = s if kind == "free" else rd
+        reads = (size - 1) // step + 1 if kind == "free" else rhs.shape[k]
+        limits[2 + i], steps[2 + i] = (reads - 1) * step + 1, step
+    return lax.slice(lhs, [0] * lhs.ndim, limits, steps)
+
+
+def _grouped_dot(
+    lhs: Array,
+    rhs: Array,
+    kinds: list[str],
+    feature_groups: int,
+    batch_groups: int,
+    numerics: tuple[Any, Any],
+) -> Array:
+    """[batch, out features, spatial...] from the canonical strided input [N, C, S...] and
+    kernel [O, I, K...]: the groups are the dot's batch dimension (a feature group pairs a block
+    of C with a block of O, a batch group a block of N with a block of O), the input features
+    and the contracted windows are summed."""
+    n, c, *spatial = lhs.shape
+    o, i, *window = rhs.shape
+    groups = max(feature_groups, batch_groups)
+    if batch_groups > 1:  # [g, N/g, C, S...]
+        lhs = lax.reshape(lhs, (groups, n // groups, c, *spatial))
+    else:  # [g, N, C/g, S...]
+        lhs = lax.reshape(lhs, (n, groups, c // groups, *spatial))
+        lhs = lax.transpose(lhs, (1, 0, *range(2, lhs.ndim)))
+    rhs = lax.reshape(rhs, (groups, o // groups, i, *window))
+    summed = [2 + 1 + d for d, kind in enumerate(kinds) if kind == "contracted"]
+    contract = ((2, *summed), (2, *summed))
+    precision, preferred = numerics
+    out = lax.dot_general(
+        lhs, rhs, (contract, ((0,), (0,))), precision=precision, preferred_element_type=preferred
+    )
+    # [g, N', free spatial..., O/g, the kernel's free windows (all of width 1)...]
+    free = [s for s, kind in zip(lhs.shape[3:], kinds, strict=True) if kind == "free"]
+    batch, per_group = lhs.shape[1], o // groups
+    out = lax.reshape(out, (groups, batch, *free, per_group))
+    out = lax.transpose(out, (1, 0, out.ndim - 1, *range(2, out.ndim - 1)))
+    sizes = iter(free)
+    shape = [next(sizes) if kind == "free" else 1 for kind in kinds]
+    return lax.reshape(out, (batch, o, *shape))
