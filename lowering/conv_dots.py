@@ -51,20 +51,21 @@ def convolution_as_dot(
 ) -> Array | None:
     """The convolution as a `dot_general`, or None when it is not a dot product."""
     (lb, lf, *ls), (ro, ri, *rs), (ob, of, *os_) = dimension_numbers
-    kinds = [
+    found = [
         _dot_like(lhs.shape[d], rhs.shape[k], s, p, (ld, rd))
         for d, k, s, p, ld, rd in zip(
             ls, rs, window_strides, padding, lhs_dilation, rhs_dilation, strict=True
         )
     ]
-    if None in kinds:
+    kinds = [kind for kind in found if kind is not None]
+    if len(kinds) < len(found):
         return None
     precision_and_type = (precision, preferred_element_type)
     lhs = _strided(
         _canonical(lhs, (lb, lf, *ls)),
         kinds,
         rhs,
-        (rs, window_strides),
+        (tuple(rs), window_strides),
         padding,
         (lhs_dilation, rhs_dilation),
     )
