@@ -39,6 +39,15 @@ from partitioner import Built, ConfigError, Partitioned, Program, Sharding, Task
 Array = Any
 
 
+# The runtime's XLA compile: LLVM at backend optimization level 1, not XLA's default 3. The
+# kernels' heavy ops (dots, convolutions) call into Eigen or YNNPACK at any level, so warm calls
+# ran within the machine's noise of level 3's (GPT step on 64 IPUs, CNN on 16: +-5%), while a
+# first call, mostly this compile, took 0.47-0.71x as long for the flax block and 0.86-0.96x
+# for the GPT step and the equinox MLP (benchmarks/run.py's programs on 4 and 64 IPUs, medians
+# of three alternating runs).
+COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
+
+
 def _run_tasks(program: Program, flat: Sequence[Array]) -> tuple[Array, ...]:
     env: dict[Value, Array] = dict(zip(program.inputs, flat, strict=True))
     for task in program.tasks:
@@ -150,7 +159,8 @@ def compile_program(
     placement = Placement({}, numerics=numerics)
     program, counted = with_counters(prepare(program, placement, verify), loops)
     run = _keyed_if(numerics, lambda *flat: _run_tasks(program, flat))
-    return Runner(jax.jit(run, donate_argnums=tuple(donate)), loops=counted)
+    jitted = jax.jit(run, donate_argnums=tuple(donate), compiler_options=COMPILER_OPTIONS)
+    return Runner(jitted, loops=counted)
 
 
 def _keyed_if(numerics: str, run: Callable[..., tuple]) -> Callable[..., tuple]:
@@ -307,7 +317,8 @@ def compile_partitioned(
 
     run_all = _keyed_if(numerics, everything)
     if devices is None:
-        return Runner(jax.jit(run_all, donate_argnums=tuple(donate)), loops=counted)
+        jitted = jax.jit(run_all, donate_argnums=tuple(donate), compiler_options=COMPILER_OPTIONS)
+        return Runner(jitted, loops=counted)
     return _spread(run_all, partitioned, sizes, devices, donate, counted, numerics != "exact")
 
 
@@ -337,7 +348,11 @@ def _spread(
     if key:  # the stochastic rounding's key, the last argument, on every device
         ins += (NamedSharding(devices.mesh, PartitionSpec()),)
     jitted = jax.jit(
-        everything, donate_argnums=tuple(donate), in_shardings=ins, out_shardings=outs + counts
+        everything,
+        donate_argnums=tuple(donate),
+        in_shardings=ins,
+        out_shardings=outs + counts,
+        compiler_options=COMPILER_OPTIONS,
     )
     return Runner(jitted, shardings=ins, loops=loops)
 
