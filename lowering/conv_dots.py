@@ -1,4 +1,4 @@
-"""Convolutions that are dot products, evaluated as `dot_general`.
+"""The convolution's evaluation rule; convolutions that are dot products as `dot_general`.
 
 A convolution is a dot product when, along every spatial dimension, either the window is one
 element wide (each output position reads one input position: a 1x1 convolution, strided or not)
@@ -33,6 +33,16 @@ def _dot_like(
     if out == 1:
         return "contracted"
     return None
+
+
+def convolution_eval_rule(lhs: Array, rhs: Array, **params: Any) -> tuple[Array, ...]:
+    """`EVAL_RULES["convolution"]`: `params` are the op's attributes, as jax.lax names them."""
+    params["precision"] = tuple(lax.Precision[p] for p in params["precision"])
+    as_dot = convolution_as_dot(lhs, rhs, **params)
+    if as_dot is not None:
+        return (as_dot,)
+    numbers = lax.ConvDimensionNumbers(*params.pop("dimension_numbers"))
+    return (lax.conv_general_dilated(lhs, rhs, dimension_numbers=numbers, **params),)
 
 
 def convolution_as_dot(

@@ -18,7 +18,7 @@ from jax import lax
 # jax.lax has select_and_scatter only as the private primitive behind pooling gradients.
 from jax._src.lax.windowed_reductions import _select_and_scatter_add
 
-from lowering.conv_dots import convolution_as_dot
+from lowering.conv_dots import convolution_eval_rule
 from lowering.dtypes import is_float
 from lowering.fusion import fusion_eval_rule
 from lowering.library_ops import LIBRARY_EVAL_RULES
@@ -404,51 +404,6 @@ def _dot_general_eval_rule(
     return (out,)
 
 
-def _convolution_eval_rule(
-    lhs: Array,
-    rhs: Array,
-    *,
-    window_strides: tuple[int, ...],
-    padding: tuple[tuple[int, int], ...],
-    lhs_dilation: tuple[int, ...],
-    rhs_dilation: tuple[int, ...],
-    dimension_numbers: tuple[tuple[int, ...], ...],
-    feature_group_count: int,
-    batch_group_count: int,
-    precision: tuple[str, ...],
-    preferred_element_type: np.dtype,
-) -> tuple[Array, ...]:
-    as_dot = convolution_as_dot(
-        lhs,
-        rhs,
-        window_strides=window_strides,
-        padding=padding,
-        lhs_dilation=lhs_dilation,
-        rhs_dilation=rhs_dilation,
-        dimension_numbers=dimension_numbers,
-        feature_group_count=feature_group_count,
-        batch_group_count=batch_group_count,
-        precision=_lax_precision(precision),
-        preferred_element_type=preferred_element_type,
-    )
-    if as_dot is not None:
-        return (as_dot,)
-    out = lax.conv_general_dilated(
-        lhs,
-        rhs,
-        window_strides,
-        padding,
-        lhs_dilation,
-        rhs_dilation,
-        lax.ConvDimensionNumbers(*dimension_numbers),
-        feature_group_count,
-        batch_group_count,
-        precision=_lax_precision(precision),
-        preferred_element_type=preferred_element_type,
-    )
-    return (out,)
-
-
 def _while_eval_rule(
     *state: Array, regions: Sequence[Region], count_trips: bool = False
 ) -> tuple[Array, ...]:
@@ -507,7 +462,7 @@ EVAL_RULES: dict[str, EvalRule] = {
     "reduce": _reduce_eval_rule,
     "reduce_window": _reduce_window_eval_rule,
     "dot_general": _dot_general_eval_rule,
-    "convolution": _convolution_eval_rule,
+    "convolution": convolution_eval_rule,
     "while": _while_eval_rule,
     "case": _case_eval_rule,
     "fusion": fusion_eval_rule,
