@@ -61,72 +61,63 @@ def convolution_as_dot(
 ) -> Array | None:
     """The convolution as a `dot_general`, or None when it is not a dot product."""
     (lb, lf, *ls), (ro, ri, *rs), (ob, of, *os_) = dimension_numbers
+    windows = [rhs.shape[k] for k in rs]
     found = [
-        _dot_like(lhs.shape[d], rhs.shape[k], s, p, (ld, rd))
-        for d, k, s, p, ld, rd in zip(
-            ls, rs, window_strides, padding, lhs_dilation, rhs_dilation, strict=True
+        _dot_like(lhs.shape[d], w, s, p, (ld, rd))
+        for d, w, s, p, ld, rd in zip(
+            ls, windows, window_strides, padding, lhs_dilation, rhs_dilation, strict=True
         )
     ]
     kinds = [kind for kind in found if kind is not None]
     if len(kinds) < len(found):
         return None
-    precision_and_type = (precision, preferred_element_type)
-    lhs = _strided(
-        _canonical(lhs, (lb, lf, *ls)),
-        kinds,
-        rhs,
-        (tuple(rs), window_strides),
-        padding,
-        (lhs_dilation, rhs_dilation),
-    )
+    # Both operands in canonical order: input [N, C, spatial...], kernel [O, I, window...].
+    lhs = lax.transpose(lhs, (lb, lf, *ls))
+    steps = [
+        s if kind == "free" else rd
+        for kind, s, rd in zip(kinds, window_strides, rhs_dilation, strict=True)
+    ]
+    lhs = _strided(lhs, kinds, windows, steps, padding, lhs_dilation)
     out = _grouped_dot(
         lhs,
-        _canonical(rhs, (ro, ri, *rs)),
+        lax.transpose(rhs, (ro, ri, *rs)),
         kinds,
-        feature_group_count,
-        batch_group_count,
-        precision_and_type,
+        (feature_group_count, batch_group_count),
+        precision,
+        preferred_element_type,
     )
     return lax.transpose(out, [[ob, of, *os_].index(j) for j in range(out.ndim)])
-
-
-def _canonical(x: Array, order: tuple[int, ...]) -> Array:
-    """`x` transposed to [batch, features, spatial...] (or [out, in, window...] for a kernel)."""
-    return lax.transpose(x, order)
 
 
 def _strided(
     lhs: Array,
     kinds: list[str],
-    rhs: Array,
-    windows: tuple[tuple[int, ...], tuple[int, ...]],
+    windows: list[int],
+    steps: list[int],
     padding: tuple[tuple[int, int], ...],
-    dilations: tuple[tuple[int, ...], tuple[int, ...]],
+    lhs_dilation: tuple[int, ...],
 ) -> Array:
-    """The canonical input padded and dilated, then strided to the positions the window's
-    elements read: the output's positions along a free dimension, the window's along a
-    contracted one."""
-    (rs, strides), (lhs_dilation, rhs_dilation) = windows, dilations
+    """The canonical input padded and dilated, then read every `steps` positions: as many
+    positions as the output has along a free dimension (the step is the stride), as the window
+    has along a contracted one (the step is the window's dilation)."""
     config = [(0, 0, 0), (0, 0, 0)] + [
         (lo, hi, d - 1) for (lo, hi), d in zip(padding, lhs_dilation, strict=True)
     ]
     lhs = lax.pad(lhs, lax.full((), 0, lhs.dtype), config)
-    limits, steps = list(lhs.shape), [1] * lhs.ndim
-    for i, (kind, k, s, rd) in enumerate(zip(kinds, rs, strides, rhs_dilation, strict=True)):
-        size = lhs.shape[2 + i]
-        step = s if kind == "free" else rd
-        reads = (size - 1) // step + 1 if kind == "free" else rhs.shape[k]
-        limits[2 + i], steps[2 + i] = (reads - 1) * step + 1, step
-    return lax.slice(lhs, [0] * lhs.ndim, limits, steps)
+    limits, strides = list(lhs.shape), [1, 1, *steps]
+    for i, (kind, window, step) in enumerate(zip(kinds, windows, steps, strict=True)):
+        reads = (lhs.shape[2 + i] - 1) // step + 1 if kind == "free" else window
+        limits[2 + i] = (reads - 1) * step + 1
+    return lax.slice(lhs, [0] * lhs.ndim, limits, strides)
 
 
 def _grouped_dot(
     lhs: Array,
     rhs: Array,
     kinds: list[str],
-    feature_groups: int,
-    batch_groups: int,
-    numerics: tuple[Any, Any],
+    group_counts: tuple[int, int],
+    precision: Any,
+    preferred_element_type: Any,
 ) -> Array:
     """[batch, out features, spatial...] from the canonical strided input [N, C, S...] and
     kernel [O, I, K...]: the groups are the dot's batch dimension (a feature group pairs a block
@@ -134,6 +125,7 @@ def _grouped_dot(
     and the contracted windows are summed."""
     n, c, *spatial = lhs.shape
     o, i, *window = rhs.shape
+    feature_groups, batch_groups = group_counts
     groups = max(feature_groups, batch_groups)
     if batch_groups > 1:  # [g, N/g, C, S...]
         lhs = lax.reshape(lhs, (groups, n // groups, c, *spatial))
@@ -141,11 +133,14 @@ def _grouped_dot(
         lhs = lax.reshape(lhs, (n, groups, c // groups, *spatial))
         lhs = lax.transpose(lhs, (1, 0, *range(2, lhs.ndim)))
     rhs = lax.reshape(rhs, (groups, o // groups, i, *window))
-    summed = [2 + 1 + d for d, kind in enumerate(kinds) if kind == "contracted"]
+    summed = [3 + d for d, kind in enumerate(kinds) if kind == "contracted"]
     contract = ((2, *summed), (2, *summed))
-    precision, preferred = numerics
     out = lax.dot_general(
-        lhs, rhs, (contract, ((0,), (0,))), precision=precision, preferred_element_type=preferred
+        lhs,
+        rhs,
+        (contract, ((0,), (0,))),
+        precision=precision,
+        preferred_element_type=preferred_element_type,
     )
     # [g, N', free spatial..., O/g, the kernel's free windows (all of width 1)...]
     free = [s for s, kind in zip(lhs.shape[3:], kinds, strict=True) if kind == "free"]

@@ -48,6 +48,13 @@ Array = Any
 COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 
 
+def _jit(run: Callable[..., tuple], donate: Sequence[int], **shardings: Any) -> Any:
+    """`run` jitted as the runtime compiles every program: `COMPILER_OPTIONS`, `donate`."""
+    return jax.jit(
+        run, donate_argnums=tuple(donate), compiler_options=COMPILER_OPTIONS, **shardings
+    )
+
+
 def _run_tasks(program: Program, flat: Sequence[Array]) -> tuple[Array, ...]:
     env: dict[Value, Array] = dict(zip(program.inputs, flat, strict=True))
     for task in program.tasks:
@@ -159,8 +166,7 @@ def compile_program(
     placement = Placement({}, numerics=numerics)
     program, counted = with_counters(prepare(program, placement, verify), loops)
     run = _keyed_if(numerics, lambda *flat: _run_tasks(program, flat))
-    jitted = jax.jit(run, donate_argnums=tuple(donate), compiler_options=COMPILER_OPTIONS)
-    return Runner(jitted, loops=counted)
+    return Runner(_jit(run, donate), loops=counted)
 
 
 def _keyed_if(numerics: str, run: Callable[..., tuple]) -> Callable[..., tuple]:
@@ -317,8 +323,7 @@ def compile_partitioned(
 
     run_all = _keyed_if(numerics, everything)
     if devices is None:
-        jitted = jax.jit(run_all, donate_argnums=tuple(donate), compiler_options=COMPILER_OPTIONS)
-        return Runner(jitted, loops=counted)
+        return Runner(_jit(run_all, donate), loops=counted)
     return _spread(run_all, partitioned, sizes, devices, donate, counted, numerics != "exact")
 
 
@@ -347,13 +352,7 @@ def _spread(
     counts = (NamedSharding(devices.mesh, PartitionSpec()),) * len(loops)  # on every device
     if key:  # the stochastic rounding's key, the last argument, on every device
         ins += (NamedSharding(devices.mesh, PartitionSpec()),)
-    jitted = jax.jit(
-        everything,
-        donate_argnums=tuple(donate),
-        in_shardings=ins,
-        out_shardings=outs + counts,
-        compiler_options=COMPILER_OPTIONS,
-    )
+    jitted = _jit(everything, donate, in_shardings=ins, out_shardings=outs + counts)
     return Runner(jitted, shardings=ins, loops=loops)
 
 

@@ -43,7 +43,7 @@ def dot_like_convolutions(draw: st.DrawFn) -> tuple:
     lhs_canonical = (batch, features, *(d[0] for d in dims))
     rhs_canonical = (outs, features // feature_groups, *(d[1] for d in dims))
     shapes = []
-    for canonical, layout in zip((lhs_canonical, rhs_canonical), layouts, strict=False):
+    for canonical, layout in zip((lhs_canonical, rhs_canonical), layouts[:2], strict=True):
         shape = [0] * (rank + 2)
         for c, d in enumerate(layout):
             shape[d] = canonical[c]
