@@ -39,6 +39,7 @@ from lowering.mesh_rules import local_mesh_axes
 from lowering.paths import shorten_paths
 from lowering.regions import binary_op, scatter_combiner
 from lowering.shape_rules import SHAPE_RULES, infer_types
+from lowering.signature import op_signature
 from lowering.unit_reductions import reshape_unit_reductions
 from lowering.verifier import verify
 from lowering.vocabulary import (
@@ -100,6 +101,7 @@ __all__ = [
     "members",
     "op_cost",
     "op_reads",
+    "op_signature",
     "producers",
     "raised_at",
     "renamed",

@@ -30,11 +30,13 @@ class MappingContext:
     region_scheduler: RegionScheduler | None = None
     _next_start: int = 0
     _held_start: int | None = None  # inside `one_place`: where every `spread` starts
+    placed: int = 0  # how often a rule asked where to place a tensor (`linear`, `spread`)
 
     def linear(self, value: Value) -> Layout:
         """A linear layout for a value, starting where the last small tensor stopped, so that
         many small tensors do not all land on tile 0."""
         t = self.target
+        self.placed += 1
         layout = linear_layout(
             value.shape,
             value.dtype.itemsize,
@@ -50,6 +52,7 @@ class MappingContext:
         """The first of `tiles` tiles for a small result a rule places itself (a reduction's),
         where the last small tensor stopped, as `linear` places them."""
         count = self.target.tiles_per_ipu
+        self.placed += 1
         at = self._next_start if self._held_start is None else self._held_start
         start = at if at + tiles <= count else 0
         self._next_start = (start + tiles) % count
@@ -60,6 +63,7 @@ class MappingContext:
         """Within the block, every small result a rule places itself (`spread`) starts on the
         same tile: sibling reductions' outputs share their tiles, as the several outputs of one
         reduction do."""
+        self.placed += 1
         self._held_start = self._next_start
         try:
             yield

@@ -3,8 +3,9 @@
 The passes, in order: map the program's inputs linearly over the tiles, except those whose
 first reader wants them in a layout of its own (a matmul's operands, `OPERAND_LAYOUTS`); then
 for each op in program order, its tile rule (`tile_rules.TILE_RULES`) picks its result layouts,
-its kernel and its supersteps, given the layouts its operands already have. The result is one
-straight list of tasks, which the runtime runs in order and the cost model sums.
+its kernel and its supersteps, given the layouts its operands already have; an op equal to an
+earlier one in everything its rule reads takes a copy of that one's task (`repeats`). The
+result is one straight list of tasks, which the runtime runs in order and the cost model sums.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from partitioner.layout import Layout
 from partitioner.program import Program, Task
 from partitioner.target import Target
 from partitioner.tiles.context import MappingContext
+from partitioner.tiles.repeats import Repeats
 from partitioner.tiles.rules import OPERAND_LAYOUTS, TILE_RULES
 
 
@@ -36,25 +38,29 @@ def schedule(
     links: LinkModel | None = None,
     given: Mapping[Value, Layout] | None = None,
     made: Mapping[Value, Op] | None = None,
+    reuse: bool = True,
 ) -> Program:
     """Maps every value of `graph` onto the tiles of one IPU and orders its supersteps; with a
     link model, collectives are costed over IPU-Links. A region is scheduled with its inputs and
-    the values it captures `given` in the layouts they already have, `made` by the ops around."""
+    the values it captures `given` in the layouts they already have, `made` by the ops around.
+    Repeated ops take copies of the first one's task (`repeats`); `reuse=False` runs every
+    op's rule, the long way the copies are checked against."""
     given = given or {}
     reads = [op_reads(op) for op in graph.ops]
     ctx = MappingContext(target, links=links, producers={**(made or {}), **producers(graph)})
     ctx.region_scheduler = lambda region, inner: schedule(
-        region, target, links, inner, ctx.producers
+        region, target, links, inner, ctx.producers, reuse
     )
     layouts = {value: ctx.linear(value) for value in graph.inputs if value not in given}
     layouts.update(given)
     unread = set(graph.inputs) - set(given)
     tasks: list[Task] = []
+    repeats = Repeats(reuse)
     for op, values in zip(graph.ops, reads, strict=True):
         if op.name in OPERAND_LAYOUTS and unread.intersection(op.operands):
             _create_for(op, OPERAND_LAYOUTS[op.name](op, ctx), unread, layouts)
         unread.difference_update(values)
-        task = TILE_RULES[op.name](op, values, tuple(layouts[v] for v in values), ctx)
+        task = repeats.task(TILE_RULES[op.name], op, values, tuple(layouts[v] for v in values), ctx)
         layouts.update(zip(op.results, task.result_layouts, strict=True))
         tasks.append(task)
     return Program(

@@ -1,0 +1,89 @@
+"""Structural signatures of ops: what an op does, without which values it does it to.
+
+Two ops with equal signatures have the same name, attributes, operand and result types, source
+line and regions (compared structurally, their values numbered in order), so any pass that reads
+only those computes the same for both. A model written with a Python loop over its layers repeats
+every op of a layer once per layer; a pass keyed by signature does the work once per distinct op
+(`partitioner.tiles.schedule`).
+
+A signature holds no `Value`: equal ops of different layers have equal signatures. Attribute
+values are compared by value where they can be hashed (arrays by their bytes) and otherwise by
+identity, which never makes two different ops equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import numpy as np
+
+from lowering.ir import Graph, Op, Value
+
+
+def op_signature(op: Op) -> Hashable:
+    """`op`'s name, attributes, operand and result types, source file:line and regions."""
+    return (
+        op.name,
+        _attrs(op.attrs),
+        tuple(_type(v) for v in op.operands),
+        tuple(_type(v) for v in op.results),
+        op.loc.file,
+        op.loc.line,
+        tuple(graph_signature(r) for r in op.regions),
+    )
+
+
+def graph_signature(graph: Graph) -> Hashable:
+    """A region's ops in order, each reading values by their place in the region (its inputs,
+    then the results of its ops in order) or, for a value it captures, by the order of capture."""
+    number: dict[Value, int] = {}
+    for value in graph.inputs:
+        number[value] = len(number)
+    captured: dict[Value, int] = {}
+    ops = []
+    for op in graph.ops:
+        reads = tuple(_ref(v, number, captured) for v in op.operands)
+        ops.append((op_signature(op), reads))
+        for value in op.results:
+            number[value] = len(number)
+    outputs = tuple(_ref(v, number, captured) for v in graph.outputs)
+    return (tuple(_type(v) for v in graph.inputs), tuple(ops), outputs)
+
+
+def _ref(value: Value, number: dict[Value, int], captured: dict[Value, int]) -> tuple[str, int]:
+    if value in number:
+        return ("local", number[value])
+    return ("captured", captured.setdefault(value, len(captured)))
+
+
+def _type(value: Value) -> tuple[tuple[int, ...], str]:
+    return (value.shape, value.dtype.str)
+
+
+def _attrs(attrs: Mapping[str, Any]) -> Hashable:
+    if not attrs:
+        return ()
+    # Most attributes are ints, strings and tuples of them, hashable as they are; with their
+    # types, as 1 == True. (Inside a tuple an attribute's items keep the type the importer
+    # gives that attribute, the same for every op.)
+    items = tuple((name, type(x), x) for name, x in attrs.items())
+    try:
+        hash(items)
+    except TypeError:
+        return tuple((name, _hashable(attrs[name])) for name in sorted(attrs))
+    return items
+
+
+def _hashable(x: Any) -> Hashable:
+    if isinstance(x, np.ndarray):
+        return ("array", x.shape, x.dtype.str, x.tobytes())
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(_hashable(item) for item in x))
+    if isinstance(x, Mapping):
+        return ("mapping", tuple((k, _hashable(x[k])) for k in sorted(x, key=repr)))
+    try:
+        hash(x)
+    except TypeError:
+        return ("object", id(x))
+    return (type(x).__name__, x)  # 1, 1.0 and True are equal, but not as attributes

@@ -1,0 +1,132 @@
+"""Tile rules run once per distinct op: the tasks of a program's repeated ops reused.
+
+A model written with a Python loop over its layers repeats each op of a layer once per layer
+(GPT-3: 96 times). A tile rule's task depends only on what its key here names, so the scheduler
+runs the rule for the first op of each key and gives the others a copy of its task, bound to
+their own op and values:
+
+- the op's structural signature (`lowering.signature`): name, attributes, operand and result
+  types, source line, regions;
+- its inputs' layouts;
+- what the rules read of the ops that make its operands (`_producers`): a broadcast's source,
+  whether an operand is a scalar's broadcast, an iota, and the chain of views and collectives a
+  matmul looks through to its operand's maker;
+- where the next small tensor goes (`MappingContext._next_start`), when the rule placed one
+  itself: a rule that asked (`MappingContext.placed`) is kept per starting tile, with where it
+  left the next start.
+
+Ops whose rules read more are never reused: constants (their value goes into the kernel), and
+loops and conditionals (their rules schedule their regions against the layouts around them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from lowering import Op, Value, op_signature
+from partitioner.layout import Layout
+from partitioner.program import Task
+from partitioner.tiles.context import MappingContext
+
+# Ops always run through their rule.
+_NEVER = frozenset({"constant", "while", "case"})
+
+# What a matmul's rule looks through to find an operand's maker (`matmul._rearranged`).
+_LAID_OUT = frozenset(
+    {
+        "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "convert", "reshape",
+        "broadcast_in_dim", "sharding_constraint", "optimization_barrier", "shard_slice",
+    }
+)  # fmt: skip
+
+
+@dataclass
+class _Kept:
+    """A key's task: one for every start (`fixed`), or one per start with the next start."""
+
+    fixed: Task | None = None
+    by_start: dict[tuple[int, int | None], tuple[Task, int]] = field(default_factory=dict)
+
+
+@dataclass
+class Repeats:
+    """The tasks made so far by key; `made` and `reused` count misses and hits. With `reuse`
+    off, every task is made by its rule."""
+
+    reuse: bool = True
+    kept: dict[Hashable, _Kept] = field(default_factory=dict)
+    made: int = 0
+    reused: int = 0
+
+    def task(
+        self,
+        rule: Callable[[Op, tuple[Value, ...], tuple[Layout, ...], MappingContext], Task],
+        op: Op,
+        values: tuple[Value, ...],
+        layouts: tuple[Layout, ...],
+        ctx: MappingContext,
+    ) -> Task:
+        """`rule(op, values, layouts, ctx)`, or a copy of the task an equal op made."""
+        if op.name in _NEVER or not self.reuse:
+            return rule(op, values, layouts, ctx)
+        key = (op_signature(op), layouts, _producers(op, ctx))
+        kept = self.kept.get(key)
+        start = (ctx._next_start, ctx._held_start)
+        if kept is not None:
+            if kept.fixed is not None:
+                self.reused += 1
+                return _rebound(kept.fixed, op, values)
+            if start in kept.by_start:
+                task, after = kept.by_start[start]
+                ctx._next_start = after
+                self.reused += 1
+                return _rebound(task, op, values)
+        placed = ctx.placed
+        task = rule(op, values, layouts, ctx)
+        self.made += 1
+        if task.op is not op or task.inputs != values:  # a rule that remade its op: not kept
+            return task
+        kept = self.kept.setdefault(key, _Kept())
+        if ctx.placed == placed:
+            kept.fixed = task
+        else:
+            kept.by_start[start] = (task, ctx._next_start)
+        return task
+
+
+def _rebound(task: Task, op: Op, values: tuple[Value, ...]) -> Task:
+    """`task` as `op`'s, reading `values` (quicker than `dataclasses.replace`)."""
+    return Task(
+        op,
+        values,
+        task.input_layouts,
+        task.result_layouts,
+        task.kernel,
+        task.supersteps,
+        task.temporaries,
+        task.aliases,
+        task.regions,
+        task.trips,
+    )
+
+
+def _producers(op: Op, ctx: MappingContext) -> Hashable:
+    """What the rules read of the ops that make `op`'s operands."""
+    return tuple(_maker(v, ctx) for v in op.operands)
+
+
+def _maker(value: Value, ctx: MappingContext) -> Hashable:
+    producer = ctx.producers.get(value)
+    if producer is None:
+        return None
+    source = producer.operands[0] if producer.operands else None
+    through = []  # the chain a matmul looks through, to the first op that is not a view
+    while producer is not None and producer.name in _LAID_OUT:
+        through.append(producer.name)
+        producer = ctx.producers.get(producer.operands[0])
+    return (
+        None if source is None else (source.shape, source.dtype.str),
+        tuple(through),
+        None if producer is None else producer.name,
+    )
