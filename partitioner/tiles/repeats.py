@@ -28,17 +28,10 @@ from lowering import Op, Value, op_signature
 from partitioner.layout import Layout
 from partitioner.program import Task
 from partitioner.tiles.context import MappingContext
+from partitioner.tiles.rules.matmul import LAID_OUT_FOR_CONSUMER
 
 # Ops always run through their rule.
 _NEVER = frozenset({"constant", "while", "case"})
-
-# What a matmul's rule looks through to find an operand's maker (`matmul._rearranged`).
-_LAID_OUT = frozenset(
-    {
-        "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "convert", "reshape",
-        "broadcast_in_dim", "sharding_constraint", "optimization_barrier", "shard_slice",
-    }
-)  # fmt: skip
 
 
 @dataclass
@@ -122,7 +115,7 @@ def _maker(value: Value, ctx: MappingContext) -> Hashable:
         return None
     source = producer.operands[0] if producer.operands else None
     through = []  # the chain a matmul looks through, to the first op that is not a view
-    while producer is not None and producer.name in _LAID_OUT:
+    while producer is not None and producer.name in LAID_OUT_FOR_CONSUMER:
         through.append(producer.name)
         producer = ctx.producers.get(producer.operands[0])
     return (

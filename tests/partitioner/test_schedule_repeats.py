@@ -22,8 +22,8 @@ from partitioner.cost.links import LinkModel
 from partitioner.program import Program, Task
 from partitioner.tiles import schedule as schedule_module
 from partitioner.tiles.context import MappingContext
-from partitioner.tiles.repeats import _LAID_OUT
 from partitioner.tiles.rules import TILE_RULES
+from partitioner.tiles.rules.matmul import LAID_OUT_FOR_CONSUMER
 
 LAYERS = 4
 
@@ -173,7 +173,7 @@ def _keyed(op: Op, producers: dict[Value, Op]) -> set[Value]:
     for value in op.operands:
         named.add(value)
         maker = producers.get(value)
-        while maker is not None and maker.name in _LAID_OUT:
+        while maker is not None and maker.name in LAID_OUT_FOR_CONSUMER:
             named.add(maker.operands[0])
             maker = producers.get(maker.operands[0])
     return named

@@ -66,7 +66,7 @@ def _matmul(op: Op, producers: Mapping[Value, Op]) -> _Problem:
 # Ops whose result Poplar lays out as its consumer wants: a program's inputs (variables
 # created for the matmul that reads them), collectives and streamed loads (written into any
 # layout), and views and casts of them.
-_LAID_OUT_FOR_CONSUMER = frozenset(
+LAID_OUT_FOR_CONSUMER = frozenset(
     {
         "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "convert", "reshape",
         "broadcast_in_dim", "sharding_constraint", "optimization_barrier", "shard_slice",
@@ -88,7 +88,7 @@ def _rearranged(value: Value, contracting: list[int], producers: Mapping[Value, 
     ):
         return False
     producer = producers.get(value)
-    while producer is not None and producer.name in _LAID_OUT_FOR_CONSUMER:
+    while producer is not None and producer.name in LAID_OUT_FOR_CONSUMER:
         producer = producers.get(producer.operands[0])
     return producer is not None
 
