@@ -65,7 +65,7 @@ def _gathered_reduction(x: Array, axes: tuple[str, ...], reduction: str) -> Arra
     strided read costs microseconds, and the sum is a reduction over the IPUs' dimension (an
     integer sum, a max or a min always: exact in any order). One reduction compiles faster
     than the pairwise adds of the IPUs' slices it replaced (the equinox MLP on 64 IPUs: XLA's
-    compile 1.01 -> 0.76 s, median of five; warm calls alike). (The runtime folds a sum of
+    compile 1.01 -> 0.68 s, medians of five; warm calls alike). (The runtime folds a sum of
     matmuls into one matmul before it gets here, `ipujax.runtime.fused_sums`; what remains are
     sums of other values.)"""
     gathered = x

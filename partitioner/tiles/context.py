@@ -70,6 +70,17 @@ class MappingContext:
         finally:
             self._held_start = None
 
+    @property
+    def next_place(self) -> tuple[int, int | None]:
+        """Where the next small tensor goes: the tile after the last one, and inside
+        `one_place` the tile every `spread` starts on."""
+        return self._next_start, self._held_start
+
+    def place_next_at(self, start: int) -> None:
+        """`linear` and `spread` go on from `start` (where a copy of a task left them,
+        `repeats`)."""
+        self._next_start = start
+
     def schedule_region(self, region: Graph, given: Mapping[Value, Layout]) -> Program:
         if self.region_scheduler is None:
             raise ValueError("this context schedules no regions")

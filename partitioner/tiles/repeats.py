@@ -11,7 +11,7 @@ their own op and values:
 - what the rules read of the ops that make its operands (`_producers`): a broadcast's source,
   whether an operand is a scalar's broadcast, an iota, and the chain of views and collectives a
   matmul looks through to its operand's maker;
-- where the next small tensor goes (`MappingContext._next_start`), when the rule placed one
+- where the next small tensor goes (`MappingContext.next_place`), when the rule placed one
   itself: a rule that asked (`MappingContext.placed`) is kept per starting tile, with where it
   left the next start.
 
@@ -65,14 +65,14 @@ class Repeats:
             return rule(op, values, layouts, ctx)
         key = (op_signature(op), layouts, _producers(op, ctx))
         kept = self.kept.get(key)
-        start = (ctx._next_start, ctx._held_start)
+        start = ctx.next_place
         if kept is not None:
             if kept.fixed is not None:
                 self.reused += 1
                 return _rebound(kept.fixed, op, values)
             if start in kept.by_start:
                 task, after = kept.by_start[start]
-                ctx._next_start = after
+                ctx.place_next_at(after)
                 self.reused += 1
                 return _rebound(task, op, values)
         placed = ctx.placed
@@ -84,7 +84,7 @@ class Repeats:
         if ctx.placed == placed:
             kept.fixed = task
         else:
-            kept.by_start[start] = (task, ctx._next_start)
+            kept.by_start[start] = (task, ctx.next_place[0])
         return task
 
 
