@@ -7,8 +7,9 @@ every op of a layer once per layer; a pass keyed by signature does the work once
 (`partitioner.tiles.schedule`).
 
 A signature holds no `Value`: equal ops of different layers have equal signatures. Attribute
-values are compared by value where they can be hashed (arrays by their bytes) and otherwise by
-identity, which never makes two different ops equal.
+values are compared by value where they can be hashed (arrays, constants' values among them, by
+their bytes; a float attribute as Python compares floats, so -0.0 as 0.0) and otherwise by
+identity.
 """
 
 from __future__ import annotations

@@ -63,7 +63,6 @@ class MappingContext:
         """Within the block, every small result a rule places itself (`spread`) starts on the
         same tile: sibling reductions' outputs share their tiles, as the several outputs of one
         reduction do."""
-        self.placed += 1
         self._held_start = self._next_start
         try:
             yield

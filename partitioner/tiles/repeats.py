@@ -15,14 +15,15 @@ their own op and values:
   itself: a rule that asked (`MappingContext.placed`) is kept per starting tile, with where it
   left the next start.
 
-Ops whose rules read more are never reused: constants (their value goes into the kernel), and
-loops and conditionals (their rules schedule their regions against the layouts around them).
+Ops whose rules do more are never reused: constants (their rule also records the value in the
+context), and loops and conditionals (their rules schedule their regions against the layouts
+around them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from lowering import Op, Value, op_signature
 from partitioner.layout import Layout
@@ -32,6 +33,11 @@ from partitioner.tiles.rules.matmul import LAID_OUT_FOR_CONSUMER
 
 # Ops always run through their rule.
 _NEVER = frozenset({"constant", "while", "case"})
+
+# A copy takes every field of the task it copies but these two (a field added to `Task` later
+# is copied too).
+_OP, _INPUTS, *_COPIED = (f.name for f in fields(Task))
+assert (_OP, _INPUTS) == ("op", "inputs"), "repeats binds a task's first two fields anew"
 
 
 @dataclass
@@ -44,13 +50,10 @@ class _Kept:
 
 @dataclass
 class Repeats:
-    """The tasks made so far by key; `made` and `reused` count misses and hits. With `reuse`
-    off, every task is made by its rule."""
+    """The tasks made so far by key. With `reuse` off, every task is made by its rule."""
 
     reuse: bool = True
     kept: dict[Hashable, _Kept] = field(default_factory=dict)
-    made: int = 0
-    reused: int = 0
 
     def task(
         self,
@@ -68,19 +71,17 @@ class Repeats:
         start = ctx.next_place
         if kept is not None:
             if kept.fixed is not None:
-                self.reused += 1
                 return _rebound(kept.fixed, op, values)
             if start in kept.by_start:
                 task, after = kept.by_start[start]
                 ctx.place_next_at(after)
-                self.reused += 1
                 return _rebound(task, op, values)
         placed = ctx.placed
         task = rule(op, values, layouts, ctx)
-        self.made += 1
         if task.op is not op or task.inputs != values:  # a rule that remade its op: not kept
             return task
-        kept = self.kept.setdefault(key, _Kept())
+        if kept is None:
+            kept = self.kept[key] = _Kept()
         if ctx.placed == placed:
             kept.fixed = task
         else:
@@ -90,18 +91,7 @@ class Repeats:
 
 def _rebound(task: Task, op: Op, values: tuple[Value, ...]) -> Task:
     """`task` as `op`'s, reading `values` (quicker than `dataclasses.replace`)."""
-    return Task(
-        op,
-        values,
-        task.input_layouts,
-        task.result_layouts,
-        task.kernel,
-        task.supersteps,
-        task.temporaries,
-        task.aliases,
-        task.regions,
-        task.trips,
-    )
+    return Task(op, values, *[getattr(task, name) for name in _COPIED])
 
 
 def _producers(op: Op, ctx: MappingContext) -> Hashable:
