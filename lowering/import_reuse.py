@@ -45,7 +45,12 @@ _ACTIVE: ContextVar[KeptImports | None] = ContextVar("lowering_import_reuse", de
 
 @contextlib.contextmanager
 def imports_reused() -> Iterator[KeptImports]:
-    """Within the block, a module imported once is not imported again."""
+    """Within the block, a module imported once is not imported again (a block inside another
+    shares the outer one's imports)."""
+    outer = _ACTIVE.get()
+    if outer is not None:
+        yield outer
+        return
     store = KeptImports()
     token = _ACTIVE.set(store)
     try:

@@ -4,6 +4,7 @@ costed and ranked by the plan search (docs/plan.md), printed as a table (and wri
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,10 @@ from ipujax.cli.flags import add_target, parse_target
 from ipujax.cli.output import open_console, write
 from ipujax.cli.spec import accepts_mesh, call_workload, load_spec
 from partitioner import Mesh
+
+# Worker processes by default at most: each holds a candidate's programs (BERT-Large's pipelined
+# micro-batch: about 1.3 GB), so a wide machine is not filled by default.
+MAX_JOBS = 4
 
 
 def add_plan(commands: Any) -> None:
@@ -57,6 +62,14 @@ def _add_plan_outputs(planner: argparse.ArgumentParser) -> None:
         help="extrapolated plans compiled whole before the best is trusted (default: 2)",
     )
     planner.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    planner.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes costing plans side by side (default: this machine's usable "
+        f"cores, at most {MAX_JOBS}; 1: all in this process)",
+    )
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -65,24 +78,43 @@ def run_plan(args: argparse.Namespace) -> int:
 
     planning.system_ipus(args.system)  # bad flags fail before any workload code runs
     target = parse_target(args.target) if args.target else None
-    factory = _mesh_factory(args.spec)
-
-    def call(mesh: Mesh, **extra: Any) -> tuple:
-        workload = call_workload(factory, args.spec, mesh, **extra)
-        return workload.fun, workload.args, workload.jit_kwargs
-
+    jobs = _jobs(args.jobs)
     plans = planning.search(
-        planning.workload_model(factory, call),
+        spec_model(args.spec),
         args.system,
         target,
         confirm=args.confirm,
         progress=None if args.quiet else _progress,
+        jobs=jobs,
     )
     console = open_console()
     render_plans(console, plans, args.spec, args.top)
     if args.json:
         write("the ranked plans", args.json, plans.to_json(), console)
     return 0
+
+
+def spec_model(spec: str) -> Any:
+    """The search's model of SPEC's workload, which a worker process makes again from SPEC."""
+    from ipujax import planning
+
+    factory = _mesh_factory(spec)
+
+    def call(mesh: Mesh, **extra: Any) -> tuple:
+        workload = call_workload(factory, spec, mesh, **extra)
+        return workload.fun, workload.args, workload.jit_kwargs
+
+    return planning.workload_model(factory, call, functools.partial(spec_model, spec))
+
+
+def _jobs(given: int | None) -> int:
+    from ipujax.planning.workers import usable_cores
+
+    if given is None:
+        return min(usable_cores(), MAX_JOBS)
+    if given < 1:
+        raise CliError(f"--jobs {given}: give 1 or more worker processes")
+    return given
 
 
 def _mesh_factory(spec: str) -> Callable[..., Any]:
@@ -97,4 +129,7 @@ def _mesh_factory(spec: str) -> Callable[..., Any]:
 
 
 def _progress(text: str) -> None:
-    print(f"  {text}", file=sys.stderr, flush=True)
+    # One write per line: the search's worker processes share stderr, and `print` writes the
+    # line and its end apart, so two workers' lines could run together.
+    sys.stderr.write(f"  {text}\n")
+    sys.stderr.flush()

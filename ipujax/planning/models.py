@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -27,12 +27,15 @@ class Model:
     at `layers` depth (None: the full depth). `depth` is the full depth when the model can be
     built shallower, else None. `batch_argnums` are the arguments that carry the batch.
     `choose_microbatches`: a pipelined mesh tries several micro-batch counts (a fixed global
-    batch); else the workload's pipeline keeps its own."""
+    batch); else the workload's pipeline keeps its own. `remake` makes the same model again in
+    another process (a module-level function and plain values, so it pickles: a worker of the
+    search calls it); None keeps the search in one process."""
 
     make: Maker
     depth: int | None = None
     batch_argnums: tuple[int, ...] | None = None
     choose_microbatches: bool = False
+    remake: Callable[[], Model] | None = field(default=None, compare=False, repr=False)
 
 
 def samples_per_step(
@@ -83,17 +86,22 @@ def step_model(
     return Model(make, batch_argnums=tuple(batch_argnums), choose_microbatches=True)
 
 
-def workload_model(factory: Callable[..., Any], call: Callable[..., tuple]) -> Model:
+def workload_model(
+    factory: Callable[..., Any],
+    call: Callable[..., tuple],
+    remake: Callable[[], Model] | None = None,
+) -> Model:
     """A model from a workload factory (the CLI's `path.py:NAME`), called through `call(mesh,
     **extra)`: each mesh gets the factory's own shardings, batch and pipeline; a factory with a
-    `layers` keyword whose default is an integer is costed shallow and extrapolated."""
+    `layers` keyword whose default is an integer is costed shallow and extrapolated. `remake`:
+    `Model.remake`."""
     depth = _depth(factory)
 
     def make(mesh: Mesh, layers: int | None) -> Made:
         extra = {} if layers is None else {"layers": layers}
         return call(mesh, **extra)
 
-    return Model(make, depth=depth)
+    return Model(make, depth=depth, remake=remake)
 
 
 def _depth(factory: Callable[..., Any]) -> int | None:

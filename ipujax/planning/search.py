@@ -28,7 +28,10 @@ The search does not cost every plan. In order:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
+import functools
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +51,8 @@ from ipujax.planning.costing import SKIP_ERRORS, Costing, Refused
 from ipujax.planning.models import Model, step_model
 from ipujax.planning.ranking import Plan, Plans, Skipped, rank
 from ipujax.planning.traces import Traces
+from ipujax.planning.workers import Workers
+from lowering import imports_reused
 from partitioner import Mesh, Target, reusing
 
 
@@ -69,6 +74,21 @@ _EVERY_COUNT = frozenset({Outcome.REFUSED, Outcome.OVER_MEMORY_BOUND})
 _OVERSTASHED = frozenset({Outcome.DOES_NOT_FIT, Outcome.OVER_STASH_BOUND})
 
 
+# What a worker does with a candidate: visit it (`_Search.visit`), or cost it (a phased plan).
+_VISIT, _COST = "visit", "cost"
+
+
+@dataclass(frozen=True)
+class _Done:
+    """A job a worker did: its plans (without their builders, which do not pickle), skips,
+    the phased plans it calls for and its compiles."""
+
+    plans: tuple[Plan, ...]
+    skipped: tuple[Skipped, ...]
+    phased: tuple[tuple[Candidate, InputBytes], ...]
+    compiles: int
+
+
 @dataclass
 class _Search:
     """One search's state: the plans it costed and the candidates it skipped, in order."""
@@ -78,6 +98,8 @@ class _Search:
     stash_bound: bool = True  # pipelines ruled out by their stash before they are built
     plans: list[Plan] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    workers: Workers | None = None  # None: every candidate costed in this process
+    warned: bool = False  # that the workers stopped
 
     def note(self, text: str) -> None:
         if self.progress is not None:
@@ -139,23 +161,69 @@ class _Search:
         return Outcome.OVER_STASH_BOUND
 
     def run(self, candidates: Sequence[Candidate]) -> None:
-        """Plain plans first (they say which meshes need phases), a pipeline stashing before
-        it recomputes; then phased plans, best bound first."""
+        """Each candidate on its own (plain plans say which meshes need phases, a pipeline
+        stashes before it recomputes), side by side in the workers when there are; then
+        phased plans, best bound first."""
         phased: list[tuple[Candidate, InputBytes]] = []
-        for candidate in candidates:
-            if candidate.pipelined:
-                self.run_pipelined(candidate)
-                continue
-            outcome, inputs = self.try_plain(candidate)
-            if outcome in _OUTGROWN and inputs is not None:
-                phased.append((candidate.phased(), inputs))
-            elif outcome is Outcome.FITS:
-                self.skip(
-                    candidate.phased(),
-                    "dominated",
-                    "the plan without phases fits, and phases only add streaming",
-                )
+        jobs = [(candidate, _VISIT) for candidate in candidates]
+        for candidate, done in zip(candidates, self.farmed(jobs), strict=True):
+            phased += self.visit(candidate) if done is None else self.absorb(done)
         self.run_phased(phased)
+
+    def visit(self, candidate: Candidate) -> list[tuple[Candidate, InputBytes]]:
+        """Tries an unphased candidate (a pipeline: its micro-batch counts and recomputation),
+        returning the phased plan it calls for, if any, with its inputs."""
+        if candidate.pipelined:
+            self.run_pipelined(candidate)
+            return []
+        outcome, inputs = self.try_plain(candidate)
+        if outcome in _OUTGROWN and inputs is not None:
+            return [(candidate.phased(), inputs)]
+        if outcome is Outcome.FITS:
+            self.skip(
+                candidate.phased(),
+                "dominated",
+                "the plan without phases fits, and phases only add streaming",
+            )
+        return []
+
+    def cost_one(self, candidate: Candidate) -> None:
+        self.note(f"costing {candidate.describe()}")
+        plan = self.attempt(candidate)
+        if plan is not None:
+            self.plans.append(plan)
+
+    def farmed(self, jobs: list[tuple[Candidate, str]]) -> list[_Done | None]:
+        """Each job as a worker did it, or None where the search is to do it itself (no
+        workers, a single job, or a job or the pool that failed: done again here, an error
+        is raised where it arises)."""
+        workers = self.workers
+        done = workers.costed(jobs) if workers is not None and len(jobs) > 1 else None
+        if done is None and workers is not None and workers.broken is not None:
+            self.warn_broken(workers.broken)
+        return done if done is not None else [None] * len(jobs)
+
+    def warn_broken(self, why: BaseException) -> None:
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"the plan search's worker processes stopped ({type(why).__name__}: {why}); "
+                "the search goes on in this process alone (--jobs 1 does so from the start)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def absorb(self, done: _Done) -> list[tuple[Candidate, InputBytes]]:
+        """A worker's plans and skips as the search's own, in the order the jobs were given;
+        the phased plans its candidate calls for."""
+        built = self.costing.built
+        self.plans += [
+            dataclasses.replace(p, build=functools.partial(built, p.candidate, None))
+            for p in done.plans
+        ]
+        self.skipped += done.skipped
+        self.costing.compiles += done.compiles
+        return list(done.phased)
 
     def run_pipelined(self, candidate: Candidate) -> None:
         choose = self.costing.model.choose_microbatches
@@ -186,21 +254,39 @@ class _Search:
 
     def run_phased(self, needs: list[tuple[Candidate, InputBytes]]) -> None:
         """Phased plans best bound first, each pruned when its bound is below the best plan
-        that fits so far."""
-        for rate, candidate in self.bounded(needs):
-            best = self.best_fitting_rate()
-            if best is not None and rate < best:
-                self.skip(
-                    candidate,
-                    "cost bound",
-                    f"streaming its inputs alone allows at most {rate:,.3g} samples/s, below "
-                    f"the best plan's {best:,.3g}",
-                )
-                continue
-            self.note(f"costing {candidate.describe()}")
-            plan = self.attempt(candidate)
-            if plan is not None:
-                self.plans.append(plan)
+        that fits so far. With workers, as many at a time as there are workers; a plan the
+        ones before it in the same batch would have pruned is pruned (its compile wasted), so
+        the plans and skips are those of one at a time."""
+        pending = self.bounded(needs)
+        width = self.workers.jobs if self.workers is not None else 1
+        while pending:
+            batch: list[tuple[float, Candidate]] = []
+            while pending and len(batch) < width:
+                rate, candidate = pending.pop(0)
+                if not self.cost_bounded(rate, candidate):
+                    batch.append((rate, candidate))
+            jobs = [(candidate, _COST) for _, candidate in batch]
+            for (rate, candidate), done in zip(batch, self.farmed(jobs), strict=True):
+                if self.cost_bounded(rate, candidate):
+                    self.costing.compiles += done.compiles if done is not None else 0
+                elif done is None:
+                    self.cost_one(candidate)
+                else:
+                    self.absorb(done)
+
+    def cost_bounded(self, rate: float, candidate: Candidate) -> bool:
+        """Whether the best plan that fits so far prunes a phased candidate whose bound is
+        `rate` samples/s (and if so, it is skipped, with why)."""
+        best = self.best_fitting_rate()
+        if best is None or rate >= best:
+            return False
+        self.skip(
+            candidate,
+            "cost bound",
+            f"streaming its inputs alone allows at most {rate:,.3g} samples/s, below "
+            f"the best plan's {best:,.3g}",
+        )
+        return True
 
     def bounded(self, needs: list[tuple[Candidate, InputBytes]]) -> list[tuple[float, Candidate]]:
         """The phased candidates that may fit, each with the samples per second streaming its
@@ -236,6 +322,38 @@ class _Search:
                 self.plans.append(whole)
 
 
+def _worker(
+    remake: Callable[[], Model],
+    target: Target,
+    stash_bound: bool,
+    progress: Callable[[str], None] | None,
+) -> Callable[[tuple[Candidate, str]], _Done | None]:
+    """A worker's setup: the model made again in the worker, and its job, a candidate visited
+    or costed by a search of its own (None when it raised: the parent does it again itself).
+    One `reusing` block spans the worker's jobs, as the search's spans its candidates: meshes
+    of the same replicas lower to the same module, imported once."""
+    model = remake()
+    kept = contextlib.ExitStack()
+    kept.enter_context(imports_reused())  # open until the worker ends, its process with it
+
+    def job(work: tuple[Candidate, str]) -> _Done | None:
+        candidate, kind = work
+        state = _Search(Costing(model, target), progress, stash_bound=stash_bound)
+        try:
+            with collector_paused(), reusing():
+                if kind == _VISIT:
+                    phased = state.visit(candidate)
+                else:
+                    phased = []
+                    state.cost_one(candidate)
+        except BaseException:
+            return None
+        plans = tuple(dataclasses.replace(p, build=None) for p in state.plans)
+        return _Done(plans, tuple(state.skipped), tuple(phased), state.costing.compiles)
+
+    return job
+
+
 def search(
     model: Model,
     system: str,
@@ -245,20 +363,30 @@ def search(
     progress: Callable[[str], None] | None = None,
     reuse: bool = True,
     stash_bound: bool = True,
+    jobs: int = 1,
 ) -> Plans:
     """Every plan of `model` on `system` (see the module docstring), ranked. `reuse=False`
     traces and builds every compile afresh through `ipujax.jit` (the same ranking, slower);
     `stash_bound=False` builds the pipelines that a stash over a tile's memory rules out
-    (the same plans, and those that do not fit)."""
+    (the same plans, and those that do not fit). `jobs` > 1 costs candidates in that many
+    worker processes when the model can be made again in one (`Model.remake`, and a
+    `progress` that pickles): the same plans and skips."""
     ipus = system_ipus(system)
     target = target or Target.bow()
     traces = Traces() if reuse else None
     state = _Search(Costing(model, target, traces=traces), progress, stash_bound=stash_bound)
+    if jobs > 1 and model.remake is not None:
+        setup = functools.partial(_worker, model.remake, target, stash_bound, progress)
+        state.workers = Workers(jobs, setup)
     # The collector paused throughout, as each compile pauses it (`ipujax.boundary`): between
     # compiles the workload's own code (its shapes, made per mesh) ran with the search's traces
     # and programs in memory, and the collector's sweeps over them were most of its time.
     with collector_paused(), reusing() if reuse else contextlib.nullcontext():
-        state.run([Candidate(axes) for axes in meshes(ipus, layouts)])
+        try:
+            state.run([Candidate(axes) for axes in meshes(ipus, layouts)])
+        finally:
+            if state.workers is not None:
+                state.workers.close()
         state.confirm(confirm)
     if traces is not None:
         traces.clear()  # the plans keep their builders, not the search's traces

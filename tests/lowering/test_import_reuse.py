@@ -1,10 +1,12 @@
 """Imports kept inside `imports_reused()` (`lowering/import_reuse`): a module lowered again, by
 another function object making the same program, reuses the graph imported the first time;
 another program, a program with a host callback, and anything outside the block are imported
-afresh. The plan search's rankings with and without reuse are compared in
-tests/ipujax/test_plan_reuse.py."""
+afresh; a block inside another shares its imports. The plan search's rankings with and
+without reuse are compared in tests/ipujax/test_plan_reuse.py."""
 
 from __future__ import annotations
+
+import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -51,3 +53,16 @@ def test_a_module_with_a_host_callback_is_not_kept() -> None:
         first, again = _lowered(step, step)
     assert again.ops is not first.ops
     assert (kept.made, kept.reused) == (0, 0)
+
+
+def test_a_block_inside_another_shares_its_imports() -> None:
+    # A plan-search worker keeps one block open across its jobs, each of which opens its own.
+    graphs, stores = [], []
+    with imports_reused() as outer:
+        for nested in (False, True):
+            with imports_reused() if nested else contextlib.nullcontext(outer) as store:
+                graphs += _lowered(_make(2.0))  # one call site: the same module twice
+                stores.append(store)
+    assert stores == [outer, outer]
+    assert graphs[1].ops is graphs[0].ops
+    assert (outer.made, outer.reused) == (1, 1)

@@ -1,0 +1,199 @@
+"""The plan search in worker processes finds what it finds in one: the same plans with the same
+figures, the same skips with the same words, in the same order, and the same compiles.
+
+Candidates that do not depend on one another go to the workers (`planning.workers`); phased
+plans go as many at a time as there are workers, and a plan that the plans before it would
+have pruned one at a time is pruned after it is costed. A pool that cannot start or dies
+leaves the work to the search itself, with a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ipujax.cli import main
+from ipujax.cli.plan import spec_model
+from ipujax.planning import Candidate, Plan, Plans, search
+from ipujax.planning.search import _Done, _Search
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = f"{ROOT}/examples/gpt/workloads.py:tiny"
+
+
+@pytest.fixture(scope="module")
+def alone() -> Plans:
+    """The tiny GPT's plans on a Bow-2000 (pipelines among them), searched in one process;
+    `sys.path` left as it was (loading a spec file puts its folder there)."""
+    path = [*sys.path]
+    try:
+        return search(spec_model(TINY), "bow", confirm=0, jobs=1)
+    finally:
+        sys.path[:] = path
+
+
+def _found(plans: Plans) -> dict[str, Any]:
+    """Everything a search reports, as its JSON says it."""
+    return json.loads(json.dumps(plans.to_dict()))
+
+
+def test_workers_find_what_one_process_finds(alone: Plans, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", [*sys.path])
+    visited: list[Candidate] = []
+    original = _Search.visit
+
+    def visit(self: _Search, candidate: Candidate) -> Any:
+        visited.append(candidate)
+        return original(self, candidate)
+
+    # The workers are processes of their own: this process visits nothing while they work.
+    monkeypatch.setattr(_Search, "visit", visit)
+    farmed = search(spec_model(TINY), "bow", confirm=0, jobs=2)
+    assert visited == []
+    assert _found(farmed) == _found(alone)
+    assert any(p.candidate.pipelined for p in farmed.plans)
+    # A worker's plan is applied as the search's own: its builder makes the mesh's step.
+    best = farmed.best
+    assert best.jit_kwargs["mesh"].shape == best.mesh
+
+
+def test_a_pool_that_cannot_start_leaves_the_work_to_the_search(
+    alone: Plans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", [*sys.path])
+    model = spec_model(TINY)
+    unpicklable = dataclasses.replace(model, remake=lambda: model)
+    with pytest.warns(RuntimeWarning, match="worker processes stopped"):
+        fallen = search(unpicklable, "bow", confirm=0, jobs=2)
+    assert _found(fallen) == _found(alone)
+
+
+def test_a_model_without_remake_stays_in_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", [*sys.path])
+    model = dataclasses.replace(spec_model(TINY), remake=None)
+
+    def no_pool(*args: Any) -> Any:
+        raise AssertionError("no worker processes for a model that cannot be made again")
+
+    # `ipujax.planning.search` is the function; its module, by name
+    monkeypatch.setattr(importlib.import_module("ipujax.planning.search"), "Workers", no_pool)
+    assert search(model, "ipu", confirm=0, jobs=2).plans
+
+
+# ---- phased plans, as many at a time as there are workers ---------------------------------
+
+
+def _candidate(i: int) -> Candidate:
+    return Candidate((("dp", i),), phases="auto")
+
+
+def _plan(candidate: Candidate, rate: float) -> Plan:
+    return Plan(candidate, 1.0 / rate, 1, True, 0, 1, 0.0, 0.0, False)
+
+
+@dataclasses.dataclass
+class _Costing:
+    """What `_Search` reads of its costing, each plan's samples per second given."""
+
+    rates: dict[Candidate, float]
+    compiles: int = 0
+
+    def cost(self, candidate: Candidate, whole: bool = False) -> Plan:
+        self.compiles += 2
+        return _plan(candidate, self.rates[candidate])
+
+    def built(self, candidate: Candidate, layers: int | None) -> Any:
+        return None, (), {}
+
+
+@dataclasses.dataclass
+class _Workers:
+    """Workers in this process: each job costed as a worker costs it."""
+
+    jobs: int
+    rates: dict[Candidate, float]
+    broken: BaseException | None = None
+
+    def costed(self, jobs: list[tuple[Candidate, str]]) -> list[_Done]:
+        return [_Done((_plan(c, self.rates[c]),), (), (), 2) for c, _ in jobs]
+
+
+def _phased(
+    cases: list[tuple[float, float]], width: int | None, monkeypatch: pytest.MonkeyPatch
+) -> _Search:
+    """A search's phased pass over candidates whose (bound, samples/s) are `cases`, alone
+    (`width` None) or `width` at a time."""
+    candidates = [_candidate(i + 1) for i in range(len(cases))]
+    bounded = sorted(
+        ((b, c) for (b, _), c in zip(cases, candidates, strict=True)), key=lambda b: -b[0]
+    )
+    rates = {c: rate for (_, rate), c in zip(cases, candidates, strict=True)}
+    monkeypatch.setattr(_Search, "bounded", lambda self, needs: list(bounded))
+    workers = None if width is None else _Workers(width, rates)
+    state = _Search(_Costing(rates), workers=workers)  # type: ignore[arg-type]
+    state.run_phased([])
+    return state
+
+
+def test_a_plan_costed_beside_one_that_prunes_it_is_pruned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One at a time the first plan (129.5 samples/s) prunes the second (bound 129); two at a
+    # time both are costed, and the second is pruned after.
+    cases = [(130.0, 129.5), (129.0, 50.0), (100.0, 90.0)]
+    alone = _phased(cases, None, monkeypatch)
+    two = _phased(cases, 2, monkeypatch)
+    assert [p.candidate for p in alone.plans] == [_candidate(1)]
+    assert [s.candidate for s in alone.skipped] == [_candidate(2), _candidate(3)]
+    assert all(s.reason == "cost bound" for s in alone.skipped)
+    assert (two.plans, two.skipped) == (alone.plans, alone.skipped)
+    assert (alone.costing.compiles, two.costing.compiles) == (2, 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cases=st.lists(
+        st.tuples(st.floats(1, 1e3), st.floats(0.05, 1.0)).map(lambda c: (c[0], c[0] * c[1])),
+        max_size=8,
+    ),
+    width=st.integers(1, 4),
+)
+def test_phased_plans_side_by_side_are_those_of_one_at_a_time(
+    cases: list[tuple[float, float]], width: int
+) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        alone = _phased(cases, None, monkeypatch)
+        side_by_side = _phased(cases, width, monkeypatch)
+    assert side_by_side.plans == alone.plans
+    assert side_by_side.skipped == alone.skipped
+    assert side_by_side.costing.compiles >= alone.costing.compiles
+
+
+def test_workers_plans_get_the_searchs_builder() -> None:
+    rates = {_candidate(1): 10.0}
+    state = _Search(_Costing(rates))  # type: ignore[arg-type]
+    state.absorb(_Done((_plan(_candidate(1), 10.0),), (), (), 2))
+    (plan,) = state.plans
+    assert isinstance(plan.build, functools.partial)
+    assert plan.build() == (None, (), {})
+    assert state.costing.compiles == 2
+
+
+def test_jobs_below_one_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", [*sys.path])
+    code = main(["plan", TINY, "--system", "bow", "--jobs", "0", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.startswith("ipujax: error: --jobs 0") and "Traceback" not in err
+    assert out == ""
