@@ -33,6 +33,7 @@ is padded to 30,592 (a multiple of 128).
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,15 +79,21 @@ def random_batch(config: Any, batch: int, rng: np.random.Generator) -> tuple[np.
 def training_step(config: Any, micro_batch: int, mesh: Any, microbatches: int) -> tuple:
     """The training step of `config` with shapes only: (fun, args, jit_kwargs); pipelined, the
     optimizer state stays off chip, as in Graphcore's BERT configs."""
-    optimizer = model.make_optimizer()
-    params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
-    opt_state = jax.eval_shape(optimizer.init, params)
+    params, opt_state = _state_shapes(config)
     batch = batch_shapes(config, meshes.global_batch(mesh, micro_batch, microbatches))
-    step = model.make_train_step(optimizer)
+    step = model.make_train_step(model.make_optimizer())
     kwargs = meshes.jit_kwargs(
         mesh, sharding, (params, opt_state), config.heads, microbatches, offchip=True
     )
     return step, (params, opt_state, batch), kwargs
+
+
+@functools.cache
+def _state_shapes(config: Any) -> tuple[Any, Any]:
+    """The parameters' and the optimizer state's shapes, the same on every mesh: made once per
+    config (`ipujax plan` makes a workload for each mesh it tries)."""
+    params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
+    return params, jax.eval_shape(model.make_optimizer().init, params)
 
 
 def tiny(mesh: Any = None, microbatches: int | None = None) -> tuple:

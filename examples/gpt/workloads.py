@@ -26,6 +26,7 @@ a shallower copy and extrapolates, every layer being alike.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,13 +68,21 @@ def training_step(
     builds it without named scopes; `accumulation` micro-batches of `batch_per_replica`
     sequences per replica are summed by a scan before each update."""
     optimizer = model.make_optimizer()
-    params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
-    opt_state = jax.eval_shape(lambda p: model.init_optimizer(optimizer, p), params)
+    params, opt_state = _state_shapes(config)
     batch = meshes.global_batch(mesh, batch_per_replica, microbatches) * accumulation
     tokens = jax.ShapeDtypeStruct((batch, config.seq + 1), jnp.int32)
     step = model.make_train_step(optimizer, remat, micro_batches=accumulation, scopes=scopes)
     kwargs = _jit_kwargs(mesh, params, opt_state, config, microbatches)
     return step, (params, opt_state, tokens), kwargs
+
+
+@functools.cache
+def _state_shapes(config: Any) -> tuple[Any, Any]:
+    """The parameters' and the optimizer state's shapes, the same on every mesh: made once per
+    config (`ipujax plan` makes a workload for each mesh it tries, GPT-3's at 0.05 s each)."""
+    params = jax.eval_shape(lambda: model.init(jax.random.key(0), config))
+    optimizer = model.make_optimizer()
+    return params, jax.eval_shape(lambda p: model.init_optimizer(optimizer, p), params)
 
 
 def tiny(mesh: Any = None) -> tuple:
