@@ -18,6 +18,9 @@ from results import Section, goal, markdown_table
 from setups import Setup
 from spmd_compare import REPO
 
+from ipujax.cli.plan import MAX_JOBS
+from ipujax.planning.workers import usable_cores
+
 PLAN_SECONDS_GOAL = 60.0  # `ipujax plan`, start to exit (issue 39)
 
 
@@ -35,6 +38,10 @@ def run_plan(spec: str, system: str) -> dict[str, Any]:
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv[1:])} failed:\n{done.stderr[-2000:]}")
         return {"seconds": seconds, **json.loads(out.read_text())}
+
+
+def _default_jobs() -> int:
+    return min(usable_cores(), MAX_JOBS)
 
 
 def _best(plans: dict[str, Any]) -> tuple[str, str]:
@@ -86,7 +93,10 @@ def plan_section(setup: Setup) -> Section:
     )
     meaning = (
         "`python -m ipujax plan SPEC --system SYSTEM --json ... --quiet` in a fresh process "
-        "(docs/plan.md). wall s: from the process's start to its exit, imports included; "
+        f"(docs/plan.md), with its default worker processes ({_default_jobs()} here: the "
+        "usable cores, at most "
+        f"{MAX_JOBS}; the same plans with `--jobs 1`). "
+        "wall s: from the process's start to its exit, imports included; "
         "compiles: the search's cost-only compiles (shallow copies of a layered model "
         "included); costed / skipped: plans costed and candidates ruled out without a compile "
         "(not expressible, memory or cost bound, dominated); best plan: the first of the "
