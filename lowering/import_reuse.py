@@ -4,16 +4,17 @@ model once per mesh, and most meshes give the same StableHLO module (BERT-Large 
 10 full-depth lowerings, 4 distinct modules), each of which took as long to import as jax
 took to lower it.
 
-A module is known by its text, locations included (everything the importer reads), so a kept
-`Graph` is exactly what importing the module again would make. A module with host callbacks is
+A module is known by its contents, locations included (everything the importer reads), so a
+kept `Graph` is exactly what importing the module again would make. A module with host callbacks is
 never kept: its graph holds that lowering's Python functions. Outside a block nothing is kept
-and no text is made, so a user's compile pays nothing for this.
+and nothing is written out, so a user's compile pays nothing for this.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -30,8 +31,8 @@ class KeptImports:
     made: int = 0
     reused: int = 0
 
-    def get(self, text: str, make: Callable[[], Graph]) -> Graph:
-        key = hashlib.blake2b(text.encode(), digest_size=20).digest()
+    def get(self, contents: bytes, make: Callable[[], Graph]) -> Graph:
+        key = hashlib.blake2b(contents, digest_size=20).digest()
         if key in self.graphs:
             self.reused += 1
             return self.graphs[key]
@@ -59,9 +60,18 @@ def imports_reused() -> Iterator[KeptImports]:
         _ACTIVE.reset(token)
 
 
-def imported(lowered: Any, callbacks: tuple[Any, ...], make: Callable[[], Graph]) -> Graph:
+def imported(module: Any, callbacks: tuple[Any, ...], make: Callable[[], Graph]) -> Graph:
     """`make()`, or within an `imports_reused` block the graph it made for the same module."""
     store = _ACTIVE.get()
     if store is None or callbacks:
         return make()
-    return store.get(lowered.as_text(debug_info=True), make)
+    return store.get(_contents(module), make)
+
+
+def _contents(module: Any) -> bytes:
+    """The module as MLIR bytecode: all of it (locations and resources included), which reads
+    back as the same module, written in a tenth of the time its text takes (BERT-Large's
+    micro-batch: 0.02-0.04 s against 0.26-0.36 s)."""
+    out = io.BytesIO()
+    module.operation.write_bytecode(out)
+    return out.getvalue()

@@ -152,7 +152,7 @@ def lower(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Graph:
         with host_callbacks(callbacks):
             return _Importer(module).main()
 
-    graph = imported(lowered, callbacks, make)
+    graph = imported(module, callbacks, make)
     return Graph(
         inputs=graph.inputs,
         outputs=graph.outputs,

@@ -66,3 +66,13 @@ def test_a_block_inside_another_shares_its_imports() -> None:
     assert stores == [outer, outer]
     assert graphs[1].ops is graphs[0].ops
     assert (outer.made, outer.reused) == (1, 1)
+
+
+def test_the_same_program_from_another_line_is_imported_again() -> None:
+    # Only its source locations differ, and the importer reads them: each op keeps its line.
+    with imports_reused() as kept:
+        first = lower(_make(2.0), X)
+        other = lower(_make(2.0), X)
+    assert other.ops is not first.ops
+    assert (kept.made, kept.reused) == (2, 0)
+    assert {op.loc.line for op in first.ops} != {op.loc.line for op in other.ops}
