@@ -346,7 +346,7 @@ def _worker(
                 else:
                     phased = []
                     state.cost_one(candidate)
-        except BaseException:
+        except Exception:  # raised again where the parent does the job itself, typed
             return None
         plans = tuple(dataclasses.replace(p, build=None) for p in state.plans)
         return _Done(plans, tuple(state.skipped), tuple(phased), state.costing.compiles)

@@ -197,3 +197,17 @@ def test_jobs_below_one_is_refused(
     assert code == 2
     assert err.startswith("ipujax: error: --jobs 0") and "Traceback" not in err
     assert out == ""
+
+
+def test_an_error_in_a_worker_is_raised_by_the_search_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not a refusal the search skips: it is raised, as in one process, from the search's own
+    # attempt at the job (typed, with its traceback), not as a worker's pickled copy.
+    monkeypatch.setattr(sys, "path", [*sys.path])
+    workload = tmp_path / "broken.py"
+    workload.write_text(
+        "def step(mesh=None):\n    raise RuntimeError(f'broken workload on {dict(mesh.shape)}')\n"
+    )
+    with pytest.raises(RuntimeError, match="broken workload on"):
+        search(spec_model(f"{workload}:step"), "bow", confirm=0, jobs=2)
