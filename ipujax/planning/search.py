@@ -19,6 +19,10 @@ The search does not cost every plan. In order:
 - **Repeated layers priced once** (`costing`): a layered model is costed shallow and
   extrapolated; the best plans are then compiled whole (`confirm`), and their figures replace
   the estimates.
+- **Side by side** (`workers`): with `jobs` > 1 and a model that can be made again in another
+  process, the unphased meshes are visited in worker processes and the phased plans costed
+  as many at a time as there are workers, a plan that the ones before it would have pruned
+  pruned after it is costed: the plans and skips are those of one process.
 - **Traced once** (`traces`): the variants of a mesh share its trace, and a pipeline is traced
   at its micro-batch alone; a pipelined mesh's bound and its builds (stashing, recomputing)
   share its staged program (`partitioner.reusing`); `reuse=False` lowers and builds each compile
@@ -326,21 +330,25 @@ def _worker(
     remake: Callable[[], Model],
     target: Target,
     stash_bound: bool,
+    reuse: bool,
     progress: Callable[[str], None] | None,
 ) -> Callable[[tuple[Candidate, str]], _Done | None]:
     """A worker's setup: the model made again in the worker, and its job, a candidate visited
     or costed by a search of its own (None when it raised: the parent does it again itself).
-    One `reusing` block spans the worker's jobs, as the search's spans its candidates: meshes
-    of the same replicas lower to the same module, imported once."""
+    Reusing, the importer's graphs are kept across the worker's jobs, as the search's block
+    keeps them across its candidates (meshes of the same replicas lower to the same module);
+    what else the passes keep (`reusing`) lasts a job, which is one mesh."""
     model = remake()
     kept = contextlib.ExitStack()
-    kept.enter_context(imports_reused())  # open until the worker ends, its process with it
+    if reuse:
+        kept.enter_context(imports_reused())  # open until the worker ends, its process with it
 
     def job(work: tuple[Candidate, str]) -> _Done | None:
         candidate, kind = work
-        state = _Search(Costing(model, target), progress, stash_bound=stash_bound)
+        costing = Costing(model, target, traces=Traces() if reuse else None)
+        state = _Search(costing, progress, stash_bound=stash_bound)
         try:
-            with collector_paused(), reusing():
+            with collector_paused(), reusing() if reuse else contextlib.nullcontext():
                 if kind == _VISIT:
                     phased = state.visit(candidate)
                 else:
@@ -376,7 +384,7 @@ def search(
     traces = Traces() if reuse else None
     state = _Search(Costing(model, target, traces=traces), progress, stash_bound=stash_bound)
     if jobs > 1 and model.remake is not None:
-        setup = functools.partial(_worker, model.remake, target, stash_bound, progress)
+        setup = functools.partial(_worker, model.remake, target, stash_bound, reuse, progress)
         state.workers = Workers(jobs, setup)
     # The collector paused throughout, as each compile pauses it (`ipujax.boundary`): between
     # compiles the workload's own code (its shapes, made per mesh) ran with the search's traces
