@@ -18,8 +18,7 @@ from results import Section, goal, markdown_table
 from setups import Setup
 from spmd_compare import REPO
 
-from ipujax.cli.plan import MAX_JOBS
-from ipujax.planning.workers import usable_cores
+from ipujax.planning.workers import MAX_JOBS, default_jobs
 
 PLAN_SECONDS_GOAL = 60.0  # `ipujax plan`, start to exit (issue 39)
 
@@ -38,10 +37,6 @@ def run_plan(spec: str, system: str) -> dict[str, Any]:
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv[1:])} failed:\n{done.stderr[-2000:]}")
         return {"seconds": seconds, **json.loads(out.read_text())}
-
-
-def _default_jobs() -> int:
-    return min(usable_cores(), MAX_JOBS)
 
 
 def _best(plans: dict[str, Any]) -> tuple[str, str]:
@@ -93,7 +88,7 @@ def plan_section(setup: Setup) -> Section:
     )
     meaning = (
         "`python -m ipujax plan SPEC --system SYSTEM --json ... --quiet` in a fresh process "
-        f"(docs/plan.md), with its default worker processes ({_default_jobs()} here: the "
+        f"(docs/plan.md), with its default worker processes ({default_jobs()} here: the "
         "usable cores, at most "
         f"{MAX_JOBS}; the same plans with `--jobs 1`). "
         "wall s: from the process's start to its exit, imports included; "

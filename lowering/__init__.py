@@ -29,7 +29,7 @@ from lowering.evaluator import (
     run_op,
 )
 from lowering.fusion import FUSION, fuse_elementwise, fusible, members, scalar_operand
-from lowering.import_reuse import imports_reused
+from lowering.import_reuse import KeptImports, imports_reused
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
 from lowering.ir import Graph, Op, Value, free_values, op_reads, producers, walk
@@ -76,6 +76,7 @@ __all__ = [
     "VOCABULARY",
     "Graph",
     "IpujaxError",
+    "KeptImports",
     "LoweringError",
     "Op",
     "OpCost",

@@ -45,14 +45,15 @@ _ACTIVE: ContextVar[KeptImports | None] = ContextVar("lowering_import_reuse", de
 
 
 @contextlib.contextmanager
-def imports_reused() -> Iterator[KeptImports]:
-    """Within the block, a module imported once is not imported again (a block inside another
-    shares the outer one's imports)."""
+def imports_reused(store: KeptImports | None = None) -> Iterator[KeptImports]:
+    """Within the block, a module imported once is not imported again: kept in `store` when
+    given (which outlives the block: a plan-search worker's, across its jobs), else in the
+    outer block's, else in a new one."""
     outer = _ACTIVE.get()
-    if outer is not None:
+    if store is None and outer is not None:
         yield outer
         return
-    store = KeptImports()
+    store = KeptImports() if store is None else store
     token = _ACTIVE.set(store)
     try:
         yield store

@@ -7,17 +7,17 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipujax.cli.errors import CliError
 from ipujax.cli.flags import add_target, parse_target
 from ipujax.cli.output import open_console, write
 from ipujax.cli.spec import accepts_mesh, call_workload, load_spec
+from ipujax.planning.workers import MAX_JOBS, default_jobs
 from partitioner import Mesh
 
-# Worker processes by default at most: each holds a candidate's programs (BERT-Large's pipelined
-# micro-batch: about 1.3 GB), so a wide machine is not filled by default.
-MAX_JOBS = 4
+if TYPE_CHECKING:
+    from ipujax.planning import Model
 
 
 def add_plan(commands: Any) -> None:
@@ -94,7 +94,7 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def spec_model(spec: str) -> Any:
+def spec_model(spec: str) -> Model:
     """The search's model of SPEC's workload, which a worker process makes again from SPEC."""
     from ipujax import planning
 
@@ -108,10 +108,8 @@ def spec_model(spec: str) -> Any:
 
 
 def _jobs(given: int | None) -> int:
-    from ipujax.planning.workers import usable_cores
-
     if given is None:
-        return min(usable_cores(), MAX_JOBS)
+        return default_jobs()
     if given < 1:
         raise CliError(f"--jobs {given}: give 1 or more worker processes")
     return given

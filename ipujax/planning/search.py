@@ -35,7 +35,6 @@ import contextlib
 import dataclasses
 import enum
 import functools
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +55,7 @@ from ipujax.planning.models import Model, step_model
 from ipujax.planning.ranking import Plan, Plans, Skipped, rank
 from ipujax.planning.traces import Traces
 from ipujax.planning.workers import Workers
-from lowering import imports_reused
+from lowering import KeptImports, imports_reused
 from partitioner import Mesh, Target, reusing
 
 
@@ -103,7 +102,6 @@ class _Search:
     plans: list[Plan] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     workers: Workers | None = None  # None: every candidate costed in this process
-    warned: bool = False  # that the workers stopped
 
     def note(self, text: str) -> None:
         if self.progress is not None:
@@ -203,19 +201,7 @@ class _Search:
         is raised where it arises)."""
         workers = self.workers
         done = workers.costed(jobs) if workers is not None and len(jobs) > 1 else None
-        if done is None and workers is not None and workers.broken is not None:
-            self.warn_broken(workers.broken)
         return done if done is not None else [None] * len(jobs)
-
-    def warn_broken(self, why: BaseException) -> None:
-        if not self.warned:
-            self.warned = True
-            warnings.warn(
-                f"the plan search's worker processes stopped ({type(why).__name__}: {why}); "
-                "the search goes on in this process alone (--jobs 1 does so from the start)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
 
     def absorb(self, done: _Done) -> list[tuple[Candidate, InputBytes]]:
         """A worker's plans and skips as the search's own, in the order the jobs were given;
@@ -335,20 +321,26 @@ def _worker(
 ) -> Callable[[tuple[Candidate, str]], _Done | None]:
     """A worker's setup: the model made again in the worker, and its job, a candidate visited
     or costed by a search of its own (None when it raised: the parent does it again itself).
-    Reusing, the importer's graphs are kept across the worker's jobs, as the search's block
-    keeps them across its candidates (meshes of the same replicas lower to the same module);
-    what else the passes keep (`reusing`) lasts a job, which is one mesh."""
+    Reusing, the importer's graphs are kept across the worker's jobs (`imports`), as the
+    search's block keeps them across its candidates (meshes of the same replicas lower to the
+    same module); what else the passes keep (`reusing`) lasts a job, which is one mesh."""
     model = remake()
-    kept = contextlib.ExitStack()
-    if reuse:
-        kept.enter_context(imports_reused())  # open until the worker ends, its process with it
+    imports = KeptImports()
+
+    def kept() -> contextlib.AbstractContextManager[Any]:
+        if not reuse:
+            return contextlib.nullcontext()
+        block = contextlib.ExitStack()
+        block.enter_context(imports_reused(imports))
+        block.enter_context(reusing())  # its imports are the block's around it: `imports`
+        return block
 
     def job(work: tuple[Candidate, str]) -> _Done | None:
         candidate, kind = work
         costing = Costing(model, target, traces=Traces() if reuse else None)
         state = _Search(costing, progress, stash_bound=stash_bound)
         try:
-            with collector_paused(), reusing() if reuse else contextlib.nullcontext():
+            with collector_paused(), kept():
                 if kind == _VISIT:
                     phased = state.visit(candidate)
                 else:

@@ -10,17 +10,22 @@ results travel pickled, in the parent's order.
 
 The parent asks for no more than what it sends: `costed` returns each job's result in the
 order the jobs were given, and `None` for the whole batch when a worker could not be started
-or died (the search then does the work itself, so an error is raised where it arises, typed,
-with its own traceback).
+or died, with a warning (the search then does the work itself, so an error is raised where it
+arises, typed, with its own traceback).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
+
+# Worker processes by default at most: each holds a candidate's programs (BERT-Large's pipelined
+# micro-batch: about 1.3 GB), so a wide machine is not filled by default.
+MAX_JOBS = 4
 
 # The worker's own: what it does with a job, made by the pool's `setup` when it starts.
 _JOB: Callable[[Any], Any] | None = None
@@ -44,8 +49,13 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def default_jobs() -> int:
+    """`ipujax plan`'s workers unless told: the usable cores, at most `MAX_JOBS`."""
+    return min(usable_cores(), MAX_JOBS)
+
+
 class Workers:
-    """`jobs` worker processes, started on first use and stopped by `close` (or `with`)."""
+    """`jobs` worker processes, started on first use and stopped by `close`."""
 
     def __init__(self, jobs: int, setup: Callable[[], Callable[[Any], Any]]) -> None:
         self.jobs = jobs
@@ -70,15 +80,15 @@ class Workers:
         except Exception as error:
             self.broken = error
             self.close()
+            warnings.warn(
+                f"the plan search's worker processes stopped ({type(error).__name__}: {error}); "
+                "the search goes on in this process alone (--jobs 1 does so from the start)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return None
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
-
-    def __enter__(self) -> Workers:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -21,10 +21,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import lowering.importer
 from ipujax.cli import main
 from ipujax.cli.plan import spec_model
 from ipujax.planning import Candidate, Plan, Plans, search
-from ipujax.planning.search import _Done, _Search
+from ipujax.planning.search import _Done, _Search, _worker
+from partitioner import Target
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = f"{ROOT}/examples/gpt/workloads.py:tiny"
@@ -39,6 +41,10 @@ def alone() -> Plans:
         return search(spec_model(TINY), "bow", confirm=0, jobs=1)
     finally:
         sys.path[:] = path
+
+
+def _found_plans(done: _Done) -> list[dict[str, Any]]:
+    return [p.to_dict() for p in done.plans]
 
 
 def _found(plans: Plans) -> dict[str, Any]:
@@ -211,3 +217,21 @@ def test_an_error_in_a_worker_is_raised_by_the_search_itself(
     )
     with pytest.raises(RuntimeError, match="broken workload on"):
         search(spec_model(f"{workload}:step"), "bow", confirm=0, jobs=2)
+
+
+def test_a_worker_keeps_its_imports_across_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two jobs on the same mesh lower the same module: the second reuses the first's import.
+    monkeypatch.setattr(sys, "path", [*sys.path])
+    imported: list[Any] = []
+    main = lowering.importer._Importer.main
+
+    def counted(self: Any) -> Any:
+        imported.append(self)
+        return main(self)
+
+    monkeypatch.setattr(lowering.importer._Importer, "main", counted)
+    job = _worker(functools.partial(spec_model, TINY), Target.bow(), True, True, None)
+    first, again = (job((Candidate((("dp", 4),)), "visit")) for _ in range(2))
+    assert first is not None and again is not None
+    assert _found_plans(first) == _found_plans(again)
+    assert len(imported) == 1

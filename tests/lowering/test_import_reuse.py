@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lowering import imports_reused, interpret, lower
+from lowering import KeptImports, imports_reused, interpret, lower
 
 X = jax.ShapeDtypeStruct((4, 8), jnp.float32)
 
@@ -76,3 +76,14 @@ def test_the_same_program_from_another_line_is_imported_again() -> None:
     assert other.ops is not first.ops
     assert (kept.made, kept.reused) == (2, 0)
     assert {op.loc.line for op in first.ops} != {op.loc.line for op in other.ops}
+
+
+def test_a_given_store_outlives_its_blocks() -> None:
+    # A plan-search worker keeps one store and opens a block on it for each of its jobs.
+    store, graphs = KeptImports(), []
+    for _ in range(2):
+        with imports_reused(store) as kept:
+            assert kept is store
+            graphs += _lowered(_make(2.0))  # one call site: the same module twice
+    assert graphs[1].ops is graphs[0].ops
+    assert (store.made, store.reused) == (1, 1)
