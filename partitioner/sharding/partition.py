@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from lowering import Graph, Op, Value, producers, walk
 from partitioner.sharding.builder import Builder
 from partitioner.sharding.conv_factors import FEATURES, uneven_groups
 from partitioner.sharding.factor_rules import Dims, Factors, lookup_dim, project, reduction_kind
-from partitioner.sharding.halo_rewrite import Halos
+from partitioner.sharding.halo_rewrite import Halos, Host
 from partitioner.sharding.localize import free_values_of, localized_attrs, substitute
 from partitioner.sharding.manual import inline_manual
 from partitioner.sharding.partitioned import ForcedWhole as ForcedWhole
@@ -97,13 +98,21 @@ class _Partitioner:
         self.children: list[_Partitioner] = []
         self.zero_like: set[Value] = set()  # read as zeros: a loop's accumulators, when probed
         self.uses = _uses(graph)
-        self.root: _Partitioner = self if outer is None else outer.root
+        # The root and the halos' host by weak reference: a partitioner held by its own parts
+        # is a cycle, freed only by Python's collector (GPT-3: 157,000 objects a compile).
+        self._root: weakref.ref[_Partitioner] = weakref.ref(self) if outer is None else outer._root
         self.hoisted: dict[tuple, Value] = {}  # the root's: values made once, before any loop
-        self.halos = Halos(self, graph.ops)
+        self.halos = Halos(cast(Host, weakref.proxy(self)), graph.ops)
         self.projections: dict[tuple, Sharding] = {} if outer is None else outer.projections
         self.local_shapes: dict[tuple, tuple[int, ...]] = (
             {} if outer is None else outer.local_shapes
         )
+
+    @property
+    def root(self) -> _Partitioner:
+        root = self._root()
+        assert root is not None, "the root partitioner outlives its regions' partitioners"
+        return root
 
     def operand(self, value: Value, want: Sharding, op: Op, why: str) -> Value:
         """`value` as `want` on this IPU, communicating once per value and sharding: a

@@ -47,9 +47,12 @@ def schedule(
     op's rule, the long way the copies are checked against."""
     given = given or {}
     reads = [op_reads(op) for op in graph.ops]
-    ctx = MappingContext(target, links=links, producers={**(made or {}), **producers(graph)})
+    makers = {**(made or {}), **producers(graph)}
+    ctx = MappingContext(target, links=links, producers=makers)
+    # Reads `makers`, not `ctx`: a context holding a function that holds it is a cycle, which
+    # only Python's collector frees.
     ctx.region_scheduler = lambda region, inner: schedule(
-        region, target, links, inner, ctx.producers, reuse
+        region, target, links, inner, makers, reuse
     )
     layouts = {value: ctx.linear(value) for value in graph.inputs if value not in given}
     layouts.update(given)
