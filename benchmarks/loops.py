@@ -19,7 +19,13 @@ from measuring import PEAK_MEMORY, log, run_child
 from programs import bow, workloads
 from results import Section, goal, markdown_table, mib
 from setups import MeshSpec, Setup
-from timing import FIRST_CALL_COLUMNS, MeshRun, first_call_cells, first_calls
+from timing import (
+    FIRST_CALL_COLUMNS,
+    FIRST_CALL_RATIO_GOAL,
+    MeshRun,
+    first_call_cells,
+    first_calls,
+)
 
 import ipujax
 
@@ -136,6 +142,25 @@ def measure_scan(setup: Setup, program: ScanProgram) -> MeshRun:
     return result
 
 
+def megatron_specs(mesh: ipujax.Mesh) -> tuple[dict[str, Any], Any]:
+    """`scan_transformer`'s stacked block weights as Megatron lays them over a tp axis (q, k, v
+    and up split by columns, o and down by rows) and its batch over a dp axis."""
+    tp = "tp" if "tp" in mesh.axis_names else None
+    columns, rows = P(None, None, tp), P(None, tp, None)
+    weights = {"q": columns, "k": columns, "v": columns, "up": columns, "o": rows, "down": rows}
+    return weights, P("dp") if "dp" in mesh.axis_names else None
+
+
+def measure_scan_mesh(setup: Setup, program: ScanProgram, spec: MeshSpec) -> MeshRun:
+    """`measure_scan` on one of the run section's meshes, laid out by `megatron_specs`."""
+    mesh = ipujax.make_mesh(spec.shape, spec.names, target=bow(setup.tiles))
+    result = MeshRun(spec)
+    for i in range(setup.compiles):
+        log(f"loops: {program.label} on {spec.label}: compile {i + 1} of {setup.compiles}")
+        first_calls(program.fresh, program.args, mesh, megatron_specs(mesh), result)
+    return result
+
+
 def child_popxl(payload: dict[str, Any]) -> dict[str, Any]:
     """GPT-3 175B at PopXL's batch, `payload["layers"]` deep, on full Bow IPUs, compiled for
     cost only with phases="auto"."""
@@ -164,13 +189,13 @@ HEADER = (
 )
 
 
-def scan_row(program: ScanProgram, run: MeshRun) -> tuple[str, ...]:
-    met = goal(run.first_call_ratio <= SCAN_RATIO_GOAL)
+def scan_row(program: ScanProgram, run: MeshRun, bound: float = SCAN_RATIO_GOAL) -> tuple[str, ...]:
+    met = goal(run.first_call_ratio <= bound)
     return (
         f"{program.label}, gradient",
         run.mesh.label,
         *first_call_cells(run),
-        f"ratio <= {SCAN_RATIO_GOAL:g}: {met}",
+        f"ratio <= {bound:g}: {met}",
         "-",
         "-",
         "-",
@@ -201,8 +226,12 @@ def popxl_row(setup: Setup, data: dict[str, Any]) -> tuple[str, ...]:
 def loops_section(setup: Setup) -> Section:
     programs = scan_programs(setup)
     runs = [measure_scan(setup, p) for p in programs]
+    # The scanned transformer at the run section's batch (it fits one IPU) on its meshes.
+    meshed = scan_transformer(**{**setup.scan_transformer, "batch": setup.batch})
+    on_meshes = [measure_scan_mesh(setup, meshed, spec) for spec in setup.meshes]
     popxl = measure_popxl(setup)
     rows = [scan_row(p, r) for p, r in zip(programs, runs, strict=True)]
+    rows += [scan_row(meshed, r, FIRST_CALL_RATIO_GOAL) for r in on_meshes]
     rows.append(popxl_row(setup, popxl))
     meaning = (
         "Scan rows: the gradient (wrt the stacked weights) of a loss whose layers are one "
@@ -211,7 +240,11 @@ def loops_section(setup: Setup) -> Section:
         "alternating. ipujax total = `jitted.lower(*args)` + `.compile()` + the first call (in "
         "which the runtime's XLA compile happens); jax.jit total = "
         "`jax.jit(grad).lower(*args).compile()` + the first call, on the CPU; ratio = ipujax "
-        "total / jax.jit total; max abs diff: between the two sides' gradients. GPT-3 row: "
+        "total / jax.jit total; max abs diff: between the two sides' gradients. The scan "
+        f"transformer again at {setup.batch} sequences, on the run section's meshes, its "
+        "stacked weights laid out over tp as Megatron lays them (q, k, v and up by columns, o "
+        "and down by rows), the batch over dp (ipujax issue 39: at most "
+        f"{FIRST_CALL_RATIO_GOAL:g}). GPT-3 row: "
         f"`workloads.{POPXL_WORKLOAD}(mesh, layers={setup.popxl_layers})` (PopXL's pretraining "
         "batch: 32 micro-batches of one sequence per replica summed by a scan, 128 sequences "
         'per step on dp=4; shapes only) through `ipujax.jit(fun, **kwargs, phases="auto")` on '
@@ -228,6 +261,13 @@ def loops_section(setup: Setup) -> Section:
             r.first_call_ratio <= SCAN_RATIO_GOAL,
         )
         for p, r in zip(programs, runs, strict=True)
+    )
+    goals += tuple(
+        (
+            f"scan first call ratio, {meshed.label}, {r.mesh.label}: {r.first_call_ratio:.2f}",
+            r.first_call_ratio <= FIRST_CALL_RATIO_GOAL,
+        )
+        for r in on_meshes
     )
     total = popxl["lower"] + popxl["compile"]
     goals += (

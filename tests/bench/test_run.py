@@ -57,6 +57,15 @@ def test_ecosystem_models_agree_with_jax(sections: dict[str, Section]) -> None:
         assert float(row["ipujax total s"]) > 0 and float(row["jax.jit total s"]) > 0
 
 
+def test_the_scanned_transformer_runs_on_the_run_meshes(sections: dict[str, Section]) -> None:
+    # The loops section's scans on their dp mesh, then the scan transformer on each run mesh.
+    rows = [r for r in _rows(sections["loops"].table) if r["mesh"] == "2 IPUs (tp=2)"]
+    assert len(rows) == len(QUICK.meshes)
+    for row in rows:
+        assert row["program"].startswith("scan transformer")
+        assert float(row["max abs diff"]) < 1e-4 and "ratio <= 1.25" in row["goal"]
+
+
 def test_spmd_counts_collectives_on_both_sides(sections: dict[str, Section]) -> None:
     (row,) = _rows(sections["spmd"].table)
     assert "all_reduce" in row["XLA collectives"] and "all_reduce" in row["ipujax collectives"]
@@ -68,16 +77,17 @@ def test_goals_are_judged(sections: dict[str, Section]) -> None:
     goals = [g for s in sections.values() for g in s.goals]
     # run and compile one per mesh, the outputs' agreement, the two ecosystem models' first
     # calls per mesh, two for the cost-only compile, one per memory program, one for the CNN
-    # step's run time, two scans' first calls and two for GPT-3 at PopXL's batch (loops), one
-    # for the fidelity band, one per plan search
+    # step's run time, two scans' first calls, the scan transformer's per mesh and two for
+    # GPT-3 at PopXL's batch (loops), one for the fidelity band, one per plan search
     meshes = len(QUICK.meshes)
     plans = len(QUICK.plans)
     ecosystem = 2 * meshes
     memory = len(QUICK.memory_programs)
-    assert len(goals) == 2 * meshes + 1 + ecosystem + 2 + memory + 1 + 2 + 2 + 1 + plans
+    scans = 2 + meshes
+    assert len(goals) == 2 * meshes + 1 + ecosystem + 2 + memory + 1 + scans + 2 + 1 + plans
     assert any(what.startswith("ipujax plan") for what, _ in goals)
     assert any(what.startswith("CNN run time ratio") for what, _ in goals)
-    assert sum(what.startswith("scan first call ratio") for what, _ in goals) == 2
+    assert sum(what.startswith("scan first call ratio") for what, _ in goals) == scans
     assert sum(what.startswith("first call ratio, equinox") for what, _ in goals) == meshes
     assert all(isinstance(met, bool) for _, met in goals)
     assert any(what.startswith("outputs agree") and met for what, met in goals)
