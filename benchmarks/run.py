@@ -22,7 +22,8 @@ sections, any subset of which `--only` picks:
 * cnn: the small ResNet's training step of `examples/resnet`, data parallel on 16 Bow IPUs,
   against `jax.jit`: warm calls interleaved, their ratio.
 * loops: the gradient of a 32-layer `lax.scan` (and of a transformer's blocks in one scan) on
-  4 data-parallel Bow IPUs, a fresh function's first call against `jax.jit`'s, and GPT-3 175B
+  4 data-parallel Bow IPUs, a fresh function's first call against `jax.jit`'s, the scanned
+  transformer's again on the run section's meshes (tensor-parallel as Megatron), and GPT-3 175B
   at PopXL's batch (32 micro-batches summed by a scan) on a Pod256, `phases="auto"`, cost only,
   in a fresh child process: lower and compile seconds, peak host memory, phases and fits.
 * plan: `ipujax plan` as a user runs it, GPT-3 175B on a Pod256 and BERT-Large on a Pod16, a
