@@ -127,21 +127,6 @@ def scan_programs(setup: Setup) -> tuple[ScanProgram, ...]:
     return scan_mlp(layers, width, batch), scan_transformer(**setup.scan_transformer)
 
 
-def measure_scan(setup: Setup, program: ScanProgram) -> MeshRun:
-    """`setup.compiles` fresh compiles and first calls of each side, the two alternating."""
-    spec = MeshSpec((setup.scan_ipus,), ("dp",))
-    mesh = ipujax.make_mesh(spec.shape, spec.names, target=bow(setup.tiles))
-    result = MeshRun(spec)
-    for i in range(setup.compiles):
-        log(f"loops: {program.label}: compile {i + 1} of {setup.compiles}, each side")
-        first_calls(program.fresh, program.args, mesh, (None, P("dp")), result)
-    log(
-        f"loops: {program.label}: ipujax {result.ipujax_first_call:.2f} s, "
-        f"jax.jit {result.jax_first_call:.2f} s, max |diff| {result.diff:.1e}"
-    )
-    return result
-
-
 def megatron_specs(mesh: ipujax.Mesh) -> tuple[dict[str, Any], Any]:
     """`scan_transformer`'s stacked block weights as Megatron lays them over a tp axis (q, k, v
     and up split by columns, o and down by rows) and its batch over a dp axis."""
@@ -151,13 +136,26 @@ def megatron_specs(mesh: ipujax.Mesh) -> tuple[dict[str, Any], Any]:
     return weights, P("dp") if "dp" in mesh.axis_names else None
 
 
-def measure_scan_mesh(setup: Setup, program: ScanProgram, spec: MeshSpec) -> MeshRun:
-    """`measure_scan` on one of the run section's meshes, laid out by `megatron_specs`."""
+def measure_scan(
+    setup: Setup,
+    program: ScanProgram,
+    spec: MeshSpec | None = None,
+    layout: Callable[[ipujax.Mesh], Any] | None = None,
+) -> MeshRun:
+    """`setup.compiles` fresh compiles and first calls of each side, the two alternating, on
+    `spec` (by default `setup.scan_ipus` data-parallel IPUs), the arguments laid out by
+    `layout(mesh)` (by default the batch over dp, the weights left to propagation)."""
+    spec = spec or MeshSpec((setup.scan_ipus,), ("dp",))
     mesh = ipujax.make_mesh(spec.shape, spec.names, target=bow(setup.tiles))
+    shardings = layout(mesh) if layout is not None else (None, P("dp"))
     result = MeshRun(spec)
     for i in range(setup.compiles):
         log(f"loops: {program.label} on {spec.label}: compile {i + 1} of {setup.compiles}")
-        first_calls(program.fresh, program.args, mesh, megatron_specs(mesh), result)
+        first_calls(program.fresh, program.args, mesh, shardings, result)
+    log(
+        f"loops: {program.label} on {spec.label}: ipujax {result.ipujax_first_call:.2f} s, "
+        f"jax.jit {result.jax_first_call:.2f} s, max |diff| {result.diff:.1e}"
+    )
     return result
 
 
@@ -228,7 +226,7 @@ def loops_section(setup: Setup) -> Section:
     runs = [measure_scan(setup, p) for p in programs]
     # The scanned transformer at the run section's batch (it fits one IPU) on its meshes.
     meshed = scan_transformer(**{**setup.scan_transformer, "batch": setup.batch})
-    on_meshes = [measure_scan_mesh(setup, meshed, spec) for spec in setup.meshes]
+    on_meshes = [measure_scan(setup, meshed, spec, megatron_specs) for spec in setup.meshes]
     popxl = measure_popxl(setup)
     rows = [scan_row(p, r) for p, r in zip(programs, runs, strict=True)]
     rows += [scan_row(meshed, r, FIRST_CALL_RATIO_GOAL) for r in on_meshes]

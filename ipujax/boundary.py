@@ -10,10 +10,11 @@ build millions of small records that live until the compile ends; with the colle
 its generation sweeps walked all of them again, a third of GPT-3's compile on a Pod256 (26 s
 against 18 s). Garbage without cycles is still freed at once (a compile makes no cycles of its
 own: a test checks), and the collector, on again when the entry point returns, finds the rest
-at its next sweep. What the block made and kept is handed to the collector's oldest generation
-as the block ends (`gc.freeze` then `gc.unfreeze`): otherwise the collector's first sweeps after
-it walked every new object twice more, young then middle-aged (GPT-3 on a Pod256: 0.3 s after
-the lower, 0.7 and 1.0 s after the compile).
+at its next sweep. When the block made more objects than the collector's youngest sweep
+takes (a lower, a compile; not a warm call), what it made and kept is handed to the collector's
+oldest generation as it ends (`gc.freeze` then `gc.unfreeze`): otherwise the collector's first
+sweeps after it walked every new object twice more, young then middle-aged (GPT-3 on a Pod256:
+0.3 s after the lower, 0.7 and 1.0 s after the compile).
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.freeze()  # everything the collector tracks, to the permanent generation,
-        gc.unfreeze()  # and back into the oldest one: none walked again until a full sweep
+        # Only after a burst (a lower, a compile): a warm call leaves a few objects, and aging
+        # the user's own young ones with them at every step would keep their cycles from the
+        # young sweeps that free them.
+        if gc.get_count()[0] > gc.get_threshold()[0]:
+            gc.freeze()  # everything the collector tracks, to the permanent generation,
+            gc.unfreeze()  # and back into the oldest one: none walked again until a full sweep
         gc.enable()
