@@ -161,7 +161,12 @@ def split_by_names(program: Program, names: Sequence[str]) -> tuple[Program, Pha
     phase_of, keys = _assign(program, labels, contiguous=False)
     if phase_of is None:
         phase_of, keys = _assign(program, labels, contiguous=True)
-    assert phase_of is not None  # contiguous runs always keep the program's order
+    if phase_of is None:
+        # An update moved to its optimizer phase is read by a later block (a gradient of
+        # weights stacked over the layers, summed layer by layer as the backward pass goes):
+        # each update then runs where its operands are ready.
+        phase_of, keys = _assign(program, labels, contiguous=True, hoist=False)
+    assert phase_of is not None  # contiguous runs, nothing hoisted, keep the program's order
     return _reordered(program, phase_of, [_title(k, keys) for k in keys])
 
 
@@ -183,9 +188,11 @@ def _keys_in_order(labels: list[str | None], program: Program, contiguous: bool)
 
 
 def _assign(
-    program: Program, labels: list[str | None], contiguous: bool
+    program: Program, labels: list[str | None], contiguous: bool, hoist: bool = True
 ) -> tuple[list[int] | None, list[Any]]:
-    """Each task's phase index, or None when a task would run before what it reads."""
+    """Each task's phase index, or None when a task would run before what it reads. With
+    `hoist`, an unnamed task that waits for a phase after its home block's last (an update)
+    moves to the block's optimizer phase; without, it runs in the first phase it may."""
     task_keys = _keys_in_order(labels, program, contiguous)
     keys = _Keys(k for k in task_keys if k is not None)
     named_phases = len(keys.keys)
@@ -209,7 +216,7 @@ def _assign(
         else:
             home = homes.get(task.op.results[0]) if task.op.results else None
             phase = earliest
-            if home is not None and earliest > last_of[home] and not _tiny(task):
+            if hoist and home is not None and earliest > last_of[home] and not _tiny(task):
                 # It waits for a phase after its home block's last: its optimizer phase, or
                 # the next round of them when it also waits for one (an update after a global
                 # norm of gradients that are only whole after a loop of micro-batches).

@@ -143,6 +143,33 @@ def test_a_checkpointed_mlp_stack_is_phased_by_block_with_jax_jit_values() -> No
     assert _names(named)[:4] == blocks
 
 
+def _sgd_on_stacked_layers(ws: jax.Array, x: jax.Array) -> jax.Array:
+    """The MLP stack above with its weights stacked in one [layers, 64, 64] array, each layer
+    reading its slice (`ws[i]`): its gradient is every layer's slice padded to the stack's
+    shape and summed layer by layer as the backward pass goes."""
+
+    def loss(ws: jax.Array) -> jax.Array:
+        h = x
+        for i in range(ws.shape[0]):
+            h = jax.checkpoint(lambda h, w: h + jnp.tanh(h @ w))(h, ws[i])
+        return (h**2).mean()
+
+    return ws - 0.1 * jax.grad(loss)(ws)
+
+
+@pytest.mark.filterwarnings("ignore::ipujax.HostBoundWarning")  # a small step, its weights sent
+def test_weights_stacked_over_the_layers_are_phased_with_jax_jit_values() -> None:
+    # The stack's gradient, summed across the layers' backward phases, is read by a block after
+    # its home block's last phase: no optimizer phase can hold its update, which runs where its
+    # operands are ready (the split asserted here before).
+    rng = np.random.default_rng(2)
+    ws = (0.1 * rng.standard_normal((4, 64, 64))).astype(np.float32)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    compiled = ipujax.jit(_sgd_on_stacked_layers, mesh=MESH, phases="auto").lower(ws, x).compile()
+    assert _names(compiled)[:4] == [f"block{i}" for i in range(4)]
+    assert_trees_close(compiled(ws, x), jax.jit(_sgd_on_stacked_layers)(ws, x))
+
+
 def _two_stacks(ws: list[jax.Array], wide: jax.Array, vs: list[jax.Array], x: jax.Array) -> Any:
     """Three narrow tanh blocks, a widening matmul, four wide gelu blocks."""
     for w in ws:
