@@ -49,6 +49,14 @@ def _column_sums(x: Any, y: Any) -> Any:
     return jnp.sum(x * y, axis=0), jnp.sum(x, axis=(0, 1))
 
 
+def _matmul(x: Any, w: Any) -> Any:
+    return x @ w
+
+
+def _batch_sum(h: Any) -> Any:
+    return h.sum(0)  # float16: jax adds in float32 and casts once; a fused cast, sum, cast here
+
+
 # name: (function, arguments, mesh shape, axis names, input specs)
 CASES: dict[str, tuple[Callable[..., Any], tuple[np.ndarray, ...], tuple, tuple, tuple]] = {
     "dp weight gradients": (
@@ -71,6 +79,20 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[np.ndarray, ...], tuple, tuple,
         (4,),
         ("dp",),
         (P(), P("dp")),
+    ),
+    "bfloat16 row-parallel matmul": (
+        _matmul,
+        (_normal(8, 16).astype(jnp.bfloat16), _normal(16, 8).astype(jnp.bfloat16)),
+        (2, 2),
+        ("dp", "tp"),
+        (P(None, "tp"), P("tp", None)),
+    ),
+    "float16 sum over a dp-split batch": (
+        _batch_sum,
+        ((100 * _normal(64, 16)).astype(np.float16),),
+        (2, 2),
+        ("dp", "tp"),
+        (P("dp"),),
     ),
     "dp sums over the batch": (
         _column_sums,
