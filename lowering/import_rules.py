@@ -8,6 +8,7 @@ tuples, numpy dtypes and (for constants) numpy arrays, so that the IR never hold
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -80,9 +81,11 @@ def _result_shape(op: ir.Operation) -> Any:
 
 
 def _constant_value(op: ir.Operation) -> np.ndarray:
-    attr: Any = op.attributes["value"]
     dtype = _result_dtype(op)
     shape = _result_shape(op)
+    if dtype.kind == "c":  # the bindings cannot even hand over a complex constant's attribute
+        return _complex_constant(str(op), dtype, shape)
+    attr: Any = op.attributes["value"]
     if attr.is_splat:
         return np.full(shape, _scalar(attr.get_splat_value(), dtype), dtype=dtype)
     if dtype.kind == "V":  # bf16: a type the bindings' buffer protocol does not know
@@ -107,6 +110,25 @@ def _reparsed(attr: Any, dtype: np.dtype) -> np.ndarray:
             return np.asarray(raw).view(dtype)
         f32 = ir.RankedTensorType.get(shape, ir.F32Type.get())
         return np.asarray(ir.Attribute.parse(literal + str(f32)))
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan)")
+
+
+def _complex_constant(text: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A complex constant read from the op's text: `dense<"0x...">`, the elements' raw bytes
+    (real and imaginary parts in turn, as numpy lays them out), or `dense<(re,im)>` and lists
+    of such pairs in decimal."""
+    literal = text[text.index("dense<") + len("dense<") : text.rindex(">")]
+    if literal.startswith('"0x'):
+        data = np.frombuffer(bytes.fromhex(literal[3 : literal.index('"', 3)]), dtype)
+    else:
+        parts = _NUMBER.findall(literal.split(">")[0])
+        if not parts or len(parts) % 2 or len(parts) // 2 not in (1, int(np.prod(shape))):
+            raise UnsupportedFeatureError(f"a complex constant printed as {literal[:60]!r}")
+        numbers = np.array([float(p) for p in parts])
+        data = (numbers[0::2] + 1j * numbers[1::2]).astype(dtype)
+    return np.full(shape, data[0], dtype) if data.size == 1 else data.reshape(shape)
 
 
 def _scalar(attr: ir.Attribute, dtype: np.dtype) -> Any:
