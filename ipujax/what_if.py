@@ -50,8 +50,10 @@ def _value(target: Target, name: str, given: Any) -> Any:
         value = old * _number(name, given.strip()[:-1])
     else:
         value = _number(name, given)
-    if value <= 0:
-        raise ConfigError(f"{name}={given!r} gives {value}; a machine's figure must be positive")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(
+            f"{name}={given!r} gives {value}; a machine's figure must be positive and finite"
+        )
     return max(1, round(value)) if isinstance(old, int) else value
 
 

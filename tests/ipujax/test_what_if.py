@@ -73,6 +73,10 @@ def test_changed_target_by_value_and_factor() -> None:
         ({"name": "2x"}, "is not a number"),
         ({"clock_hz": "fast"}, "give a number"),
         ({"clock_hz": "-1"}, "must be positive"),
+        ({"clock_hz": "nan"}, "positive and finite"),
+        ({"sync_cycles": "inf"}, "positive and finite"),
+        ({"clock_hz": "1e400"}, "positive and finite"),
+        ({"exchange_bytes_per_cycle": "infx"}, "positive and finite"),
     ],
 )
 def test_bad_changes_are_config_errors(changes, message) -> None:
