@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from ipujax.cli.cost_report import add_cost_report
 from ipujax.cli.errors import EXIT_ERROR, CliError, CliParser, one_line
 from ipujax.cli.fidelity import add_fidelity
+from ipujax.cli.output import check_outputs
 from ipujax.cli.plan import add_plan
 from ipujax.cli.reports import add_report
 from ipujax.cli.version import add_version
@@ -43,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 0
+        check_outputs(args)
         return int(args.run(args))
     except (CliError, IpujaxError) as error:
         print(f"ipujax: error: {one_line(error)}", file=sys.stderr)

@@ -58,6 +58,30 @@ def _write_views(report: CostReport, args: argparse.Namespace, console: Any) -> 
             write(what, path, text(), console)
 
 
+# The files a command may be asked to write, by flag, as its messages name them.
+_OUTPUTS = {"json": "JSON", "trace": "Chrome/Perfetto trace", "html": "HTML report"}
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every file the command is asked to write can be, checked before any work: a run that
+    fails on its last file leaves none of the others behind, and a plan search does not run
+    for a minute to fail on its `--json`."""
+    for flag, what in _OUTPUTS.items():
+        path = getattr(args, flag, None)
+        if path is None:
+            continue
+        folder = Path(path).parent
+        if Path(path).is_dir():
+            problem = "it is a folder"
+        elif not folder.is_dir():
+            problem = f"there is no folder {str(folder)!r}"
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            problem = f"the folder {str(folder)!r} is not writable"
+        else:
+            continue
+        raise CliError(f"cannot write {what} to {path!r} (--{flag}): {problem}")
+
+
 def write(what: str, path: str, text: str, console: Any) -> None:
     """Writes `text` to `path` atomically; a failure is a user error naming the file."""
     from ipujax.views.atomic import write_atomic

@@ -80,3 +80,21 @@ def test_the_cli_writes_nothing_into_a_missing_folder(gpt_files, tmp_path: Path,
     assert main(["report", "show", str(gpt_files.json), "--trace", str(target)]) == 2
     assert "cannot write Chrome/Perfetto trace" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def test_no_file_is_written_when_a_later_one_cannot_be(gpt_files, tmp_path: Path, capsys) -> None:
+    # The paths are checked before any work: the HTML report, which comes first and could be
+    # written, is not left behind by a run that fails on its trace.
+    page, trace = tmp_path / "page.html", tmp_path / "missing" / "t.json"
+    assert (
+        main(["report", "show", str(gpt_files.json), "--html", str(page), "--trace", str(trace)])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "(--trace): there is no folder" in err and len(err.splitlines()) == 1
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_folder_is_not_an_output_file(gpt_files, tmp_path: Path, capsys) -> None:
+    assert main(["report", "show", str(gpt_files.json), "--html", str(tmp_path)]) == 2
+    assert "(--html): it is a folder" in capsys.readouterr().err
