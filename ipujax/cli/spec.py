@@ -159,4 +159,23 @@ def _checked_workload(result: Any, spec: str) -> Workload:
             f"spec {spec!r}: jit_kwargs has {unknown}, which ipujax.jit does not take "
             f"(it takes {sorted(_JIT_KEYWORDS)})"
         )
+    _check_arguments(fun, tuple(args), spec)
     return Workload(fun, tuple(args), dict(jit_kwargs))
+
+
+def _check_arguments(fun: Callable[..., Any], args: tuple, spec: str) -> None:
+    """`fun` takes the arguments the spec gives it, or the spec is wrong: said in one line,
+    naming the function's file:line, rather than in the traceback of a trace that fails."""
+    try:
+        signature = inspect.signature(fun)
+    except (TypeError, ValueError):
+        return  # no signature to check (a builtin, a wrapped callable): the trace will tell
+    try:
+        signature.bind(*args)
+    except TypeError as error:
+        code = getattr(inspect.unwrap(fun), "__code__", None)
+        where = "" if code is None else f" ({code.co_filename}:{code.co_firstlineno})"
+        raise CliError(
+            f"spec {spec!r}: its fun{where} does not take the {len(args)} arguments it "
+            f"returns: {error}; return (fun, args) with one argument per parameter"
+        ) from None

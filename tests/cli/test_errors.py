@@ -32,6 +32,7 @@ CASES = {
     "no such attribute": ["cost-report", f"{WORKLOADS}:no_such_workload"],
     "not callable": ["cost-report", f"{WORKLOADS}:not_callable"],
     "bad return shape": ["cost-report", f"{WORKLOADS}:bad_shape"],
+    "arguments the step does not take": ["cost-report", f"{WORKLOADS}:wrong_arity"],
     "bad mesh syntax": ["cost-report", f"{WORKLOADS}:mlp", "--mesh", "dp2"],
     "zero mesh size": ["cost-report", f"{WORKLOADS}:mlp", "--mesh", "dp=0"],
     "unknown target": ["cost-report", f"{WORKLOADS}:mlp", "--target", "mk3"],
@@ -68,6 +69,8 @@ def test_messages_name_the_problem(capsys) -> None:
     assert "NAME=SIZE" in capsys.readouterr().err
     main(["cost-report", f"{WORKLOADS}:mlp", "--target", "mk3"])
     assert "bow, mk2, mk1" in capsys.readouterr().err
+    main(["cost-report", f"{WORKLOADS}:wrong_arity"])
+    assert "workloads.py:" in (err := capsys.readouterr().err) and "'w'" in err
 
 
 def test_genuine_bugs_keep_their_traceback(tmp_path: Path) -> None:

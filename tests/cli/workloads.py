@@ -79,3 +79,12 @@ not_callable = 42
 
 def bad_shape() -> Any:
     return "not a tuple"
+
+
+def _two_parameters(x: Any, w: Any) -> Any:
+    return jnp.tanh(x @ w).sum()
+
+
+def wrong_arity() -> tuple:
+    """A step of two parameters given one argument."""
+    return _two_parameters, (jax.ShapeDtypeStruct((6, 8), jnp.float32),)
