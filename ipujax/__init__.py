@@ -15,6 +15,7 @@ from ipujax.cache import enable_from_environment, enable_persistent_cache
 from ipujax.errors import (
     ConfigError,
     HostBoundWarning,
+    InsideJaxWarning,
     IpujaxError,
     LoopTripsWarning,
     LoweringError,
@@ -44,6 +45,7 @@ __all__ = [
     "ConfigError",
     "CostReport",
     "HostBoundWarning",
+    "InsideJaxWarning",
     "IpujaxError",
     "Jitted",
     "LoopTripsWarning",

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -25,6 +27,8 @@ from jax.sharding import AbstractMesh
 
 from ipujax.arguments import Call, cache_key, donated_leaves, split_call
 from ipujax.boundary import api_boundary
+from ipujax.errors import InsideJaxWarning
+from ipujax.host_bound import user_stacklevel
 from ipujax.latency import checked_iterations
 from ipujax.meshes import as_mesh, explicit, jax_twin, mesh_in_context
 from ipujax.microbatch import micro_batch
@@ -114,6 +118,8 @@ class Jitted:
 
     @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _inside_jax(args, kwargs):
+            return self._as_nested_jit(args, kwargs)
         call = self._call(args, kwargs)
         mesh, traced_under = self._mesh()
         key = (*cache_key(call), mesh)
@@ -121,6 +127,26 @@ class Jitted:
         if compiled is None:
             compiled = self._cache[key] = self._lower(call, mesh, traced_under).compile()
         return compiled(*call.args, **call.kwargs)
+
+    def _as_nested_jit(self, args: tuple, kwargs: dict) -> Any:
+        """The call inside a jax transformation: the function traced into it as a nested
+        `jax.jit` is, with a warning naming the user's line."""
+        warnings.warn(
+            f"{getattr(self._fun, '__name__', 'the function')} was called inside a jax "
+            "transformation (jax.jit, grad, vmap, eval_shape...): there it runs as jax.jit, with "
+            "jax's values and no IPU program; to simulate and cost it, apply ipujax.jit "
+            "outside, e.g. ipujax.jit(jax.grad(f))",
+            InsideJaxWarning,
+            stacklevel=user_stacklevel(past=(str(Path(jax.__file__).parent),)),
+        )
+        static = self._options.static_argnums, self._options.static_argnames
+        nested = jax.jit(self._fun, static_argnums=static[0], static_argnames=static[1])
+        return nested(*args, **kwargs)
+
+
+def _inside_jax(args: tuple, kwargs: dict) -> bool:
+    """Whether the call is being traced by a jax transformation: a traced argument."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args, kwargs)))
 
 
 @dataclass

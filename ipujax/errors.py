@@ -27,6 +27,12 @@ class LoopTripsWarning(UserWarning):
     run, then charges the trips the last run counted (the report's `caveats` say which)."""
 
 
+class InsideJaxWarning(UserWarning):
+    """An `ipujax.jit` function called inside a jax transformation (`jax.jit`, `jax.grad`,
+    `jax.eval_shape`, `jax.vmap`...): there it is traced as the function itself, as a nested
+    `jax.jit` is, with jax's values and no IPU program to run or cost."""
+
+
 class UnrollLimitWarning(UserWarning):
     """A counted loop left one whole task where the program would lay out its trips: past the
     unroll limit in a pipeline (all its trips in one stage), or phased where its carried
@@ -36,6 +42,7 @@ class UnrollLimitWarning(UserWarning):
 __all__ = [
     "ConfigError",
     "HostBoundWarning",
+    "InsideJaxWarning",
     "IpujaxError",
     "LoopTripsWarning",
     "LoweringError",

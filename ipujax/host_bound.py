@@ -51,11 +51,13 @@ def host_share(built: Built) -> float:
     return host / built.cost.total_cycles if built.cost.total_cycles else 0.0
 
 
-def _user_stacklevel() -> int:
-    """The stacklevel of the first frame outside ipujax: the user's line that compiled."""
+def user_stacklevel(past: tuple[str, ...] = ()) -> int:
+    """The stacklevel of the first frame outside ipujax (and the packages of `past`, folders
+    as `__file__` names them): the user's line that compiled."""
     frame: FrameType | None = sys._getframe(1)
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGES):
+    skipped = _PACKAGES + past
+    while frame is not None and frame.f_code.co_filename.startswith(skipped):
         frame, level = frame.f_back, level + 1
     return level
 
@@ -76,5 +78,5 @@ def warn_host_bound(built: Built, resident: Sequence[int]) -> None:
         f"ipujax.jit(..., resident_argnames={names!r}) (or resident_argnums=...), loaded once "
         "and not charged per call.",
         HostBoundWarning,
-        stacklevel=_user_stacklevel(),
+        stacklevel=user_stacklevel(),
     )

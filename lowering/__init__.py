@@ -12,6 +12,7 @@ The names below are the package's public face: later stages import only these.
 
 from lowering.cost_rules import COST_RULES, OpCost, op_cost
 from lowering.dead_code import eliminate_dead_code
+from lowering.dtypes import is_float
 from lowering.errors import (
     SHARD_MAP_DETAIL,
     IpujaxError,
@@ -96,6 +97,7 @@ __all__ = [
     "imports_reused",
     "infer_types",
     "interpret",
+    "is_float",
     "local_mesh_axes",
     "loop_counter",
     "lower",

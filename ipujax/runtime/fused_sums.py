@@ -30,8 +30,7 @@ from typing import Any
 import numpy as np
 from jax import lax
 
-from lowering import Op, Value, apply_rule
-from lowering.dtypes import is_float
+from lowering import Op, Value, apply_rule, is_float
 from partitioner import Program, Task, reduction_kind
 
 Array = Any

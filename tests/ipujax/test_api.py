@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import warnings
 from typing import Any
 
 import jax
@@ -408,3 +409,36 @@ def test_arguments_of_the_graphs_dtypes_pass_as_they_are_and_weak_types_are_cast
     step = ipujax.jit(f)
     np.testing.assert_array_equal(step(x, weak), jax.jit(f)(x, weak))
     np.testing.assert_array_equal(step(x, jnp.float32(2.5)), jax.jit(f)(x, weak))
+
+
+def _square_sum(b: jax.Array) -> jax.Array:
+    return (b**2).sum()
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [
+        lambda f, x: jax.jit(f)(x),
+        lambda f, x: jax.grad(lambda a: f(a))(x),
+        lambda f, x: jax.eval_shape(f, x),
+        lambda f, x: jax.vmap(f)(x[None]),
+    ],
+    ids=["jit", "grad", "eval_shape", "vmap"],
+)
+def test_inside_a_jax_transformation_it_is_a_nested_jit(transform: Any) -> None:
+    # Called on jax's tracers, the function is traced into the outer program as a nested
+    # jax.jit is (a raw ValueError from jax before), and a warning names this file's line.
+    x = jnp.arange(4.0)
+    with pytest.warns(ipujax.InsideJaxWarning) as caught:
+        got = transform(ipujax.jit(_square_sum), x)
+    want = transform(jax.jit(_square_sum), x)
+    assert jax.tree.map(lambda a, b: (a.shape, a.dtype) == (b.shape, b.dtype), got, want)
+    if not isinstance(want, jax.ShapeDtypeStruct):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert caught[0].filename == __file__
+
+
+def test_a_call_outside_any_transformation_does_not_warn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ipujax.InsideJaxWarning)
+        assert float(ipujax.jit(_square_sum)(jnp.arange(4.0))) == 14.0
