@@ -9,9 +9,10 @@ assumption say so too (`ipujax.loops`).
 from __future__ import annotations
 
 from ipujax.assumptions import assumption_caveats
+from ipujax.host_bound import argument_name
 from ipujax.loops import Loops
 from lowering import shorten_paths
-from partitioner import Built
+from partitioner import Built, kept_arguments
 
 # The most IPUs a row of docs/fidelity.md runs on (ResNet-50 on a Bow Pod256); a test holds it
 # to `ipujax.fidelity.FIGURES`.
@@ -25,6 +26,7 @@ def standing_caveats(built: Built, loops: Loops) -> tuple[str, ...]:
         *_gathered_whole(built, loops),
         *_beyond_validation(built),
         *_across_pod64s(built),
+        *_kept_state(built),
         *assumption_caveats(built),
     )
 
@@ -42,6 +44,17 @@ def _gathered_whole(built: Built, loops: Loops) -> list[str]:
     if len(named) > SHOWN_WHOLE:
         lines.append(f"{len(named) - SHOWN_WHOLE} more ops run whole on every IPU")
     return lines
+
+
+def _kept_state(built: Built) -> list[str]:
+    """The arguments the step returns updated, which the host figures take as kept on the
+    IPUs between calls: said, since a function that merely returns something of an
+    argument's structure and types is read the same way (one line: a report fits a screen)."""
+    graph = built.partitioned.global_graph if built.partitioned is not None else built.graph
+    names = [argument_name(graph, flat)[0] for flat in kept_arguments(graph)]
+    if not names:
+        return []
+    return [f"{', '.join(names)} returned updated: taken as kept on the IPUs, no host transfer"]
 
 
 def _beyond_validation(built: Built) -> list[str]:

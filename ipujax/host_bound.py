@@ -28,7 +28,7 @@ _PACKAGES = tuple(str(Path(__file__).parents[1] / name) for name in ("ipujax", "
 _TOP_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
-def _argument(graph: Graph, flat: Sequence[int]) -> tuple[str, int]:
+def argument_name(graph: Graph, flat: Sequence[int]) -> tuple[str, int]:
     """An argument's name (its parameter's, the leaves' common root) and bytes per IPU."""
     names = [graph.input_names[i] if graph.input_names else f"input {i}" for i in flat]
     match = _TOP_NAME.match(names[0])
@@ -41,7 +41,7 @@ def large_sent(
 ) -> list[tuple[str, int]]:
     """The arguments sent from the host per call with at least `LARGE_ARGUMENT_BYTES` on an
     IPU, largest first (`whole`: the program before partitioning)."""
-    arguments = [_argument(graph, flat) for flat in sent_arguments(graph, resident, whole)]
+    arguments = [argument_name(graph, flat) for flat in sent_arguments(graph, resident, whole)]
     return sorted((a for a in arguments if a[1] >= LARGE_ARGUMENT_BYTES), key=lambda a: -a[1])
 
 

@@ -43,7 +43,7 @@ from partitioner.sharding.factor_rules import FACTOR_RULES, reduction_kind
 from partitioner.sharding.partition import ForcedWhole, Partitioned
 from partitioner.sharding.replicas import varying_over
 from partitioner.sharding.specs import Sharding, from_spec, user_shardings
-from partitioner.step.host import sent_arguments
+from partitioner.step.host import kept_arguments, sent_arguments
 from partitioner.step.summary import StepCost
 from partitioner.step.trips import (
     OpenLoop,
@@ -102,6 +102,7 @@ __all__ = [
     "from_spec",
     "fullest_tiles",
     "io_tile_bytes",
+    "kept_arguments",
     "limited_loops",
     "make_mesh",
     "open_loops",

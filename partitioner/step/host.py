@@ -146,6 +146,15 @@ def _kept(graph: Graph) -> tuple[set[int], list[int]]:
     return kept, [position[v] for v in sent]
 
 
+def kept_arguments(graph: Graph) -> list[list[int]]:
+    """The arguments a step returns updated, each as the flat input indices of its leaves:
+    taken as state the IPUs keep between calls (a training step's weights), never sent."""
+    kept, _ = _kept(graph)
+    units = _units(graph.in_tree, graph.inputs, top=True)
+    index = {v: i for i, v in enumerate(graph.inputs)}
+    return [[index[v] for v in units[i][1]] for i in sorted(kept)]
+
+
 def host_io(graph: Graph, resident: Sequence[int] = (), whole: Graph | None = None) -> HostIO:
     """What one IPU of `graph` (a per-IPU program, `whole` before partitioning) exchanges with
     the host per step; the `resident` inputs (flat indices) live on the IPUs between steps and

@@ -4,10 +4,12 @@ and a system larger than any row of the fidelity table covers."""
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from helpers import target
 from jax.sharding import PartitionSpec as P
 
@@ -73,3 +75,24 @@ def test_a_system_across_pod64s_is_a_caveat() -> None:
 
 def test_the_validated_size_is_the_tables() -> None:
     assert max(f.ipus for f in fidelity.FIGURES) == VALIDATED_IPUS
+
+
+def _kept_caveats(fun: Any, *args: Any) -> list[str]:
+    report = ipujax.jit(fun).lower(*args).compile().cost_report()
+    return [c for c in report.caveats if "returned updated" in c]
+
+
+@pytest.mark.filterwarnings("ignore::ipujax.HostBoundWarning")
+def test_an_argument_returned_updated_is_said_to_be_kept_on_the_ipus() -> None:
+    # The host figures take an argument the step returns with the same structure and types as
+    # state kept between calls, charged nothing: said, as a plain function is read so too.
+    x = jax.ShapeDtypeStruct((256, 256), jnp.float32)
+    assert _kept_caveats(lambda x: (2 * x, x.max()), x) == [
+        "x returned updated: taken as kept on the IPUs, no host transfer"
+    ]
+    params = {"w": x, "b": jax.ShapeDtypeStruct((256,), jnp.float32)}
+    step = lambda params, x: (jax.tree.map(lambda p: p * 0.5, params), (x @ params["w"]).sum())  # noqa: E731
+    assert _kept_caveats(step, params, x) == [
+        "params returned updated: taken as kept on the IPUs, no host transfer"
+    ]
+    assert _kept_caveats(lambda x: x.sum(1), x) == []
