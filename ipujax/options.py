@@ -50,6 +50,11 @@ def build_options(
     fuse: bool = True,
 ) -> Options:
     """The partitioner's options from `jit`'s keywords, each checked."""
+    if phases is not None and pipeline is not None:
+        raise ConfigError(
+            f"phases={phases!r} with a pipeline: a pipelined step keeps each stage's weights on "
+            "its IPUs, and ipujax does not phase within stages; give phases or pipeline"
+        )
     return Options(
         phases=checked_phases(phases),
         replica_axes=None if replica_axes is None else as_tuple(replica_axes),

@@ -342,6 +342,14 @@ def test_jit_refuses_a_phases_setting_that_is_not_a_form_it_takes(phases: Any) -
     assert "None, 'auto' or a non-empty sequence of jax.named_scope names" in str(info.value)
 
 
+@pytest.mark.parametrize("phases", ["auto", ["layer0"]])
+def test_jit_refuses_phases_with_a_pipeline(phases: Any) -> None:
+    # Both were taken and the phases silently dropped: a pipelined build has no phases.
+    pipeline = ipujax.Pipeline("pp", microbatches=2)
+    with pytest.raises(ipujax.ConfigError, match="give phases or pipeline"):
+        ipujax.jit(_affine, phases=phases, pipeline=pipeline)
+
+
 def test_jit_keeps_named_phases_as_a_tuple() -> None:
     jitted = ipujax.jit(_affine, mesh=MESH, phases=["layer0", "layer1"])
     assert jitted._options.build.phases == ("layer0", "layer1")
