@@ -156,7 +156,30 @@ def split_stages(program: Program, pipeline: Pipeline, count: int, each: list[bo
         kind_of.append(kind)
         made.update(dict.fromkeys(task.op.results, stage))
     _float_to_readers(program, stage_of, floating)
+    if pipeline.stages != "auto":
+        _check_order(program, labels, stage_of, kind_of)
     return StageSplit(tuple(tuple(b) for b in blocks), tuple(stage_of), tuple(kind_of))
+
+
+def _check_order(
+    program: Program, labels: Sequence[str | None], stage_of: list[int], kind_of: list[str]
+) -> None:
+    """Stages given by name run the forward pass from stage 0 up: no block's forward work
+    reads what a block on a later stage makes (stages given backwards, or interleaved, would
+    send activations back up the pipeline, which its schedule does not)."""
+    made: dict[Value, int] = {}
+    for index, (task, label) in enumerate(zip(program.tasks, labels, strict=True)):
+        if label is None or kind_of[index] != FORWARD:
+            continue
+        for value in task.inputs:
+            source = made.get(value)
+            if source is not None and stage_of[source] > stage_of[index]:
+                raise ConfigError(
+                    f"Pipeline(stages=...): {label} on stage {stage_of[index]} reads what "
+                    f"{labels[source]} makes on stage {stage_of[source]}; a pipeline's forward "
+                    "pass runs from stage 0 up: give the stages in the model's order"
+                )
+        made.update(dict.fromkeys(task.op.results, index))
 
 
 def _float_to_readers(program: Program, stage_of: list[int], floating: set[int]) -> None:

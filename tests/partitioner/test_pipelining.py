@@ -355,6 +355,15 @@ def test_one_stage_per_ipu_of_the_axis() -> None:
         _compile(mesh, pipeline)
 
 
+def test_stages_given_must_follow_the_model() -> None:
+    # Stages named backwards send l1's activations up from stage 1 to l2 on stage 0, which a
+    # pipeline's schedule never does: refused, where it was costed (and cheaper).
+    mesh = ipujax.make_mesh((2,), ("pp",), target=target(16))
+    _compile(mesh, ipujax.Pipeline("pp", stages=["l1", "l2"], microbatches=2))
+    with pytest.raises(ipujax.ConfigError, match=r"l2 on stage 0 reads what l1 makes on stage 1"):
+        _compile(mesh, ipujax.Pipeline("pp", stages=["l2", "l1"], microbatches=2))
+
+
 def test_auto_needs_as_many_scopes_as_stages() -> None:
     mesh = ipujax.make_mesh((4,), ("pp",), target=target(16))
     with pytest.raises(
