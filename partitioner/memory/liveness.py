@@ -47,11 +47,15 @@ class Storage:
 
 
 class PhaseBounds:
-    """Task ranges of phases, `bounds[i] = (start, stop)`, in order and covering all tasks."""
+    """Task ranges of phases, `bounds[i] = (start, stop)`, in order and covering all tasks.
+    `slices`: a phase that reads an input only by static slices loads the slices alone
+    (`sliced_reads`); a pipeline stage's split into its micro-batches' work and its update
+    (off-chip optimizer state) says False."""
 
-    def __init__(self, bounds: list[tuple[int, int]]) -> None:
+    def __init__(self, bounds: list[tuple[int, int]], slices: bool = True) -> None:
         assert all(a == b for (_, a), (b, _) in itertools.pairwise([(0, 0), *bounds])), bounds
         self.bounds = bounds
+        self.slices = slices
         # Each task's phase by table: the memory sweeps ask millions of times (GPT-3 on a
         # Pod256).
         self._of = [p for p, (a, b) in enumerate(bounds) for _ in range(a, b)]
@@ -296,6 +300,7 @@ def storages(
     made, reads, constants = uses if uses is not None else value_uses(program, phases)
     inputs = set(program.inputs)
     streamed = streamed_inputs(program)
+    sliced = sliced_reads(program, phases)
     # A set filled in the layouts' order: its order is the storages', which the report's
     # largest tensors keep among equals. One membership test per layout.
     owners = set(filter((made.keys() | inputs).__contains__, program.layouts))
@@ -304,7 +309,8 @@ def storages(
     for value in owners:
         always = value in constants or (value in inputs and phases is None)
         if value in inputs:
-            read_at = reads.get(value, [])
+            slices = sliced.get(value, frozenset())
+            read_at = [u for u in reads.get(value, []) if u not in slices]
             first = min(read_at, default=0)
             spans = _spans(first, read_at, phases) if phases is not None else ((0, 0),)
             if (phases is not None and not read_at) or value in streamed:
@@ -314,6 +320,33 @@ def storages(
             spans = _spans(first, reads.get(value, []), None if value in kept else phases)
         found.append(Storage(value, layouts[value], spans, always, ways.get(value, 1)))
     return tuple(found)
+
+
+def sliced_reads(program: Program, phases: PhaseBounds | None) -> dict[Value, frozenset[int]]:
+    """Per input, the tasks that read it by a static slice in the phases where nothing else
+    reads it. A phased program keeps its inputs in streaming memory and loads what a phase
+    reads: of an input the phase only slices (weights stacked over the layers, read `ws[i]`),
+    the slices alone, as PopXL loads one entry of a remote buffer; the input is not on chip."""
+    if phases is None or not phases.slices:
+        return {}
+    inputs = set(program.inputs)
+    candidates = {t.op.operands[0] for t in program.tasks if t.op.name == "slice"} & inputs
+    if not candidates:
+        return {}
+    slicing: dict[tuple[Value, int], list[int]] = {}
+    whole: set[tuple[Value, int]] = set()
+    for index, task in enumerate(program.tasks):
+        for value in candidates.intersection(task.reads):
+            key = (value, phases.phase_of(index))
+            if task.op.name == "slice":
+                slicing.setdefault(key, []).append(index)
+            else:
+                whole.add(key)
+    found: dict[Value, set[int]] = {}
+    for (value, phase), tasks in slicing.items():
+        if (value, phase) not in whole:
+            found.setdefault(value, set()).update(tasks)
+    return {value: frozenset(tasks) for value, tasks in found.items()}
 
 
 def streamed_inputs(program: Program) -> frozenset[Value]:

@@ -27,7 +27,7 @@ import numpy as np
 from lowering import Value
 from partitioner.cost.links import LinkModel
 from partitioner.errors import OutOfMemoryError
-from partitioner.memory.liveness import PhaseBounds, Storage
+from partitioner.memory.liveness import PhaseBounds, Storage, sliced_reads
 from partitioner.phases.rts import Sharded
 from partitioner.program import Program, Task
 from partitioner.target import Target
@@ -153,7 +153,29 @@ def _moves(
         if s.value in outputs or (len(phases) > 1 and not is_input):
             moves.stores[phases[0]] += share * times
             moves.largest[phases[0]] = max(moves.largest[phases[0]], share)
+    _load_slices(moves, program, bounds, sharded, trips)
     return moves
+
+
+def _load_slices(
+    moves: _Moves,
+    program: Program,
+    bounds: PhaseBounds,
+    sharded: Sharded,
+    trips: Mapping[Value, int],
+) -> None:
+    """The slices a phase reads of an input it reads no other way (`sliced_reads`), each
+    loaded alone, as the input's share of it (split as the input is stored, gathered as it
+    would be)."""
+    for value, tasks in sliced_reads(program, bounds).items():
+        for index in sorted(tasks):
+            task = program.tasks[index]
+            part = task.op.results[0]
+            phase, times = bounds.phase_of(index), trips.get(part, 1)
+            share = part.nbytes * sharded.stored_bytes(value) // max(1, value.nbytes)
+            moves.loads[phase] += share * times
+            moves.largest[phase] = max(moves.largest[phase], share)
+            _gather(moves.gathers[phase], sharded, value, [task], times, part.nbytes)
 
 
 def _gather(
@@ -162,14 +184,16 @@ def _gather(
     value: Value,
     readers: list[Task],
     times: int = 1,
+    part: int | None = None,
 ) -> None:
-    """Adds what a phase gathers of a loaded value (as it is stored, `times` over) to its
-    group of axes."""
+    """Adds what a phase gathers of a loaded value (as it is stored, `times` over; `part`
+    bytes of it, a slice, when given) to its group of axes."""
     axes = sharded.gather_axes(value, readers)
     if axes:
         stored = sharded.narrower.get(value, value)
         ungathered = tuple(a for a in sharded.store_axes.get(stored, ()) if a not in axes)
-        whole = stored.nbytes // math.prod(sharded.sizes[a] for a in ungathered)
+        loaded = stored.nbytes if part is None else part * stored.nbytes // max(1, value.nbytes)
+        whole = loaded // math.prod(sharded.sizes[a] for a in ungathered)
         groups[axes] = groups.get(axes, 0) + whole * times
 
 

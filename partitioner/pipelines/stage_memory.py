@@ -89,7 +89,8 @@ def _stage_view(
     per_microbatch_tasks = sum(p < per_microbatch for p in origin)
     bounds = None
     if pipeline.optimizer_state_offchip and 0 < per_microbatch_tasks < len(own.tasks):
-        bounds = PhaseBounds([(0, per_microbatch_tasks), (per_microbatch_tasks, len(own.tasks))])
+        work = [(0, per_microbatch_tasks), (per_microbatch_tasks, len(own.tasks))]
+        bounds = PhaseBounds(work, slices=False)
         updated = {v for t in own.tasks[per_microbatch_tasks:] for v in t.op.results}
         own = dataclasses.replace(own, outputs=tuple(v for v in own.outputs if v not in updated))
     if known is not None:
