@@ -67,6 +67,15 @@ class Mesh:
     def shape(self) -> dict[str, int]:
         return dict(zip(self.axis_names, self.axis_shapes, strict=True))
 
+    @property
+    def abstract_mesh(self) -> Any:
+        """The mesh as jax names one (a `jax.sharding.AbstractMesh`, its axes Auto), for the
+        jax APIs that take a jax mesh alone: `jax.shard_map(..., mesh=mesh.abstract_mesh)`
+        inside a function jitted over this mesh, as `jax.sharding.Mesh.abstract_mesh` is."""
+        from jax.sharding import AbstractMesh
+
+        return AbstractMesh(self.axis_shapes, self.axis_names)
+
     def __str__(self) -> str:
         axes = ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_shapes, strict=True))
         return f"Mesh({axes}) of {self.target.name} IPUs in a {self.system.name}"

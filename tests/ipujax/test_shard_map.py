@@ -156,3 +156,21 @@ def test_a_permute_along_two_axes_is_refused() -> None:
     )
     with pytest.raises(UnsupportedFeatureError, match="more than one of the mesh's axes"):
         permute_axis(np.array([[0, 3], [3, 0], [1, 2], [2, 1]]), mesh)
+
+
+def test_an_ipujax_mesh_gives_jax_its_abstract_mesh() -> None:
+    # jax.shard_map takes a jax mesh alone; an ipujax mesh hands it `abstract_mesh`, and the
+    # body runs as each IPU's program with jax.jit's values.
+    mesh = ipujax.make_mesh((2, 2), ("dp", "tp"))
+    assert mesh.abstract_mesh == jax.sharding.AbstractMesh((2, 2), ("dp", "tp"))
+
+    def summed(over: object):
+        body = lambda a: jax.lax.psum(a, "tp")  # noqa: E731
+        return lambda x: jax.shard_map(
+            body, mesh=over, in_specs=P("dp", "tp"), out_specs=P("dp", None)
+        )(x)
+
+    x = np.arange(32.0, dtype=np.float32).reshape(4, 8)
+    got = ipujax.jit(summed(mesh.abstract_mesh), mesh=mesh, in_shardings=P("dp", "tp"))(x)
+    # jax.jit needs 4 devices for this shard_map; by hand, each row's tp halves summed.
+    np.testing.assert_array_equal(np.asarray(got), x[:, :4] + x[:, 4:])
