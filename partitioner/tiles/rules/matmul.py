@@ -8,7 +8,6 @@ import math
 from collections.abc import Callable, Mapping
 
 import numpy as np
-from jax import lax
 
 from lowering import Op, Value, apply_rule, op_cost
 from partitioner.layout import Layout, tile_bytes
@@ -238,21 +237,16 @@ def block_outputs(matmul: _Problem, plan: MatmulPlan) -> int:
 
 
 def planned_kernel(op: Op, partial_dtype: np.dtype) -> Callable[..., tuple[Array, ...]]:
-    """Both supersteps of a planned matmul (or convolution) as one contraction: each tile
-    (b, m, n, k) multiplies its blocks into partials of `partial_dtype` (PopLibs' partials
-    type, f32 for floats) and the k tiles' partials are summed, then cast to the result's
-    type. Over all tiles these are the sums of the op itself with f32 accumulation; the cost
-    model charges the steps, the simulator needs the values."""
-    attrs = {**op.attrs, "preferred_element_type": partial_dtype}
-    result = op.results[0].dtype
+    """Both supersteps of a planned matmul (or convolution) as one contraction: the op itself
+    on the logical operands. Each tile's partials of `partial_dtype` (PopLibs' partials type,
+    f32 for floats) summed and cast to the result's type are its sums with f32 accumulation,
+    which the cost model charges step by step; the values are jax.jit's own, the op as jax
+    lowers it (a half-precision contraction widened, summed and rounded as XLA does it: where
+    a cast back to f32 follows, XLA keeps the sums unrounded, and so must the simulator)."""
+    del partial_dtype  # the cost model's; the values are the op's
 
     def kernel(left: Array, right: Array) -> tuple[Array, ...]:
-        if left.dtype.itemsize < partial_dtype.itemsize and partial_dtype.kind == "f":
-            # XLA:CPU has no bf16 x bf16 -> f32 dot; widening first is exact.
-            left = lax.convert_element_type(left, partial_dtype)
-            right = lax.convert_element_type(right, partial_dtype)
-        partials = apply_rule(op, [left, right], attrs, {})[0]
-        return (lax.convert_element_type(partials, result),)
+        return tuple(apply_rule(op, [left, right], op.attrs, {}))
 
     return kernel
 
