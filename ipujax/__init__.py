@@ -13,6 +13,7 @@ supersteps, memory and the cost model) and the modules of this package (API, run
 from ipujax.api import Compiled, Jitted, Lowered, jit
 from ipujax.cache import enable_from_environment, enable_persistent_cache
 from ipujax.errors import (
+    BatchArgumentWarning,
     ConfigError,
     HostBoundWarning,
     InsideJaxWarning,
@@ -40,6 +41,7 @@ from ipujax.report import (
 from partitioner import Mesh, Pipeline, Target, make_mesh
 
 __all__ = [
+    "BatchArgumentWarning",
     "CollectiveCost",
     "Compiled",
     "ConfigError",

@@ -16,6 +16,11 @@ class ReplicationWarning(UserWarning):
     correct, but it moves and holds the whole tensor on each IPU (`Compiled.explain()`)."""
 
 
+class BatchArgumentWarning(UserWarning):
+    """A pipelined step whose default `batch_argnums` (the last argument) leaves whole another
+    argument that leads with the batch's rows: say which arguments carry the batch."""
+
+
 class HostBoundWarning(UserWarning):
     """A step that spends most of its cycles on host transfers while sending large arguments
     every call: if they live on the IPUs between calls (weights, a KV cache), mark them
@@ -40,6 +45,7 @@ class UnrollLimitWarning(UserWarning):
 
 
 __all__ = [
+    "BatchArgumentWarning",
     "ConfigError",
     "HostBoundWarning",
     "InsideJaxWarning",

@@ -6,11 +6,14 @@ JSON, trace and HTML, and costing from shapes alone."""
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -20,7 +23,7 @@ from ipujax.views import trace
 from ipujax.views.html.page import render_html
 from ipujax.views.tables.phases import pipeline_tables
 from partitioner.memory.check import largest_on_tile
-from tests.helpers import assert_trees_close, load_example
+from tests.helpers import assert_trees_close, load_example, target
 
 RTOL, ATOL = 2e-5, 2e-6
 MESHES = {
@@ -233,3 +236,33 @@ def test_every_tensor_on_a_stage_is_described_received_ones_too(tiny: Tiny) -> N
     here = [s for s in memory.storages if s.layout.start <= tile < s.layout.stop and s.live_at(at)]
     assert len(described) >= len(here) > 0
     assert all(" at " in text or text.startswith("argument") for _, text in described)
+
+
+def _two_batch_step(w: jax.Array, x: jax.Array, y: jax.Array) -> jax.Array:
+    def loss(w: jax.Array) -> jax.Array:
+        with jax.named_scope("l0"):
+            h = jnp.tanh(x @ w)
+        with jax.named_scope("l1"):
+            h = jnp.tanh(h @ w)
+        return ((h - y) ** 2).mean()
+
+    return w - 0.1 * jax.grad(loss)(w)
+
+
+def test_a_second_batch_argument_left_whole_is_a_warning() -> None:
+    # The default batch is the last argument: x, which leads with the batch's rows too, would
+    # stay whole in every micro-batch. Named, the pipeline gives jax.jit's values, unwarned.
+    mesh = ipujax.make_mesh((2,), ("pp",), target=target(16))
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(8, 8)).astype(np.float32) / 3
+    x, y = rng.normal(size=(16, 8)).astype(np.float32), np.zeros((16, 8), np.float32)
+    default = ipujax.Pipeline("pp", microbatches=4)
+    warned = pytest.warns(ipujax.BatchArgumentWarning, match=r"batch_argnums=\(1, 2\)")
+    # x whole against y's micro-batch: jax refuses the trace, after the warning said why.
+    with warned, contextlib.suppress(TypeError):
+        ipujax.jit(_two_batch_step, mesh=mesh, pipeline=default).lower(w, x, y)
+    named = ipujax.Pipeline("pp", microbatches=4, batch_argnums=(1, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ipujax.BatchArgumentWarning)
+        got = ipujax.jit(_two_batch_step, mesh=mesh, pipeline=named)(w, x, y)
+    np.testing.assert_allclose(got, jax.jit(_two_batch_step)(w, x, y), rtol=1e-5, atol=1e-6)
