@@ -60,7 +60,8 @@ def _warn_other_batches(call: Call, ranges: list[tuple[int, range]], wanted: tup
     micro-batches too, which the default would leave whole (costing a pipeline of the wrong
     micro-batch where the shapes broadcast)."""
     by_position = dict(zip((p for p, _ in ranges), call.args, strict=True))
-    rows = {np.shape(leaf)[0] for p in wanted for leaf in jax.tree.leaves(by_position[p])}
+    shapes = [np.shape(leaf) for p in wanted for leaf in jax.tree.leaves(by_position[p])]
+    rows = {shape[0] if shape else 0 for shape in shapes}  # a scalar has no batch rows
     if len(rows) != 1 or min(rows, default=0) < 2:
         return
     (batch,) = rows

@@ -266,3 +266,16 @@ def test_a_second_batch_argument_left_whole_is_a_warning() -> None:
         warnings.simplefilter("error", ipujax.BatchArgumentWarning)
         got = ipujax.jit(_two_batch_step, mesh=mesh, pipeline=named)(w, x, y)
     np.testing.assert_allclose(got, jax.jit(_two_batch_step)(w, x, y), rtol=1e-5, atol=1e-6)
+
+
+def test_a_scalar_last_argument_is_no_batch() -> None:
+    # The default batch is the last argument; a scalar (a learning rate) has no rows to cut: a
+    # ConfigError saying so (the batch-argument check raised a raw IndexError on it first).
+    mesh = ipujax.make_mesh((2,), ("pp",), target=target(16))
+    jitted = ipujax.jit(
+        lambda w, x, lr: _two_batch_step(w, x, x) * lr,
+        mesh=mesh,
+        pipeline=ipujax.Pipeline("pp", microbatches=2),
+    )
+    with pytest.raises(ipujax.ConfigError, match=r"argument 2 has no rows"):
+        jitted.lower(np.eye(8, dtype=np.float32), np.ones((4, 8), np.float32), np.float32(0.1))
