@@ -13,7 +13,12 @@ from ipujax.what_if import PARAMETERS
 
 
 def _ratio(before: float, after: float) -> str:
-    return f"{before / after:.2f}x faster" if after else "-"
+    """How much faster the change makes it, or slower (never "0.84x faster")."""
+    if not after or not before:
+        return "-"
+    if after > before:
+        return f"{after / before:.2f}x slower"
+    return f"{before / after:.2f}x faster"
 
 
 def render_what_if(

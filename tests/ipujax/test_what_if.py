@@ -114,3 +114,12 @@ def test_the_command_refuses_bad_flags_in_one_line(flags, message, capsys) -> No
     assert main(["what-if", f"{WORKLOADS}:mlp", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ipujax: error:") and message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "before, after, said", [(2.0, 1.0, "2.00x faster"), (1.0, 1.25, "1.25x slower"), (1.0, 0, "-")]
+)
+def test_the_table_says_slower_for_a_slowdown(before: float, after: float, said: str) -> None:
+    from ipujax.views.what_if import _ratio
+
+    assert _ratio(before, after) == said
