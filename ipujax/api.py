@@ -88,7 +88,7 @@ class Jitted:
         pipeline = options.build.pipeline
         split_over = mesh if pipeline is None else without_axis(mesh, pipeline.axis)
         user_shardings(graph, split_over.shape, in_specs, out_specs)
-        donate = donated_leaves(call, options.donate_argnums)
+        donate = donated_leaves(self._fun, call, options.donate_argnums, options.donate_argnames)
         resident = resident_leaves(self._fun, call, options)
         build = dataclasses.replace(options.build, resident_inputs=resident)
         how = dataclasses.replace(options, build=build)
@@ -172,6 +172,7 @@ def jit(
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
     donate_argnums: int | Sequence[int] = (),
+    donate_argnames: str | Sequence[str] = (),
     resident_argnums: int | Sequence[int] = (),
     resident_argnames: str | Sequence[str] = (),
     device_iterations: int = 1,
@@ -211,6 +212,7 @@ def jit(
         static_argnums=as_tuple(static_argnums),
         static_argnames=as_tuple(static_argnames),
         donate_argnums=as_tuple(donate_argnums),
+        donate_argnames=as_tuple(donate_argnames),
         devices=None if devices is None else tuple(devices),
         build=build_options(phases, replica_axes, collective_buffer_bytes, pipeline, verify, fuse),
         resident_argnums=checked_argnums(resident_argnums),

@@ -103,9 +103,15 @@ def keyword_ranges(call: Call) -> list[tuple[str, range]]:
     return out
 
 
-def donated_leaves(call: Call, donate_argnums: tuple[int, ...]) -> list[int]:
-    """Flat input indices of the donated arguments' leaves."""
-    return [i for p, flat in leaf_ranges(call) if p in donate_argnums for i in flat]
+def donated_leaves(
+    fun: Callable[..., Any], call: Call, argnums: tuple[int, ...], argnames: tuple[str, ...]
+) -> list[int]:
+    """Flat input indices of the donated arguments' leaves: those `argnums` and `argnames`
+    choose, passed by position or by keyword (as jax.jit's `donate_argnums` and
+    `donate_argnames`)."""
+    positions, names = chosen_parameters(fun, call.count, argnums, argnames)
+    donated = [i for p, flat in leaf_ranges(call) if p in positions for i in flat]
+    return donated + [i for name, flat in keyword_ranges(call) if name in names for i in flat]
 
 
 def cache_key(call: Call) -> tuple:

@@ -33,6 +33,7 @@ class JitOptions:
     static_argnums: tuple[int, ...]
     static_argnames: tuple[str, ...]
     donate_argnums: tuple[int, ...]
+    donate_argnames: tuple[str, ...]
     devices: tuple[jax.Device, ...] | None
     build: Options
     resident_argnums: tuple[int, ...] = ()  # on the IPUs between calls (`ipujax.resident`)

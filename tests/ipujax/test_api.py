@@ -404,6 +404,22 @@ def test_donated_arguments_are_consumed_as_in_jax() -> None:
         assert x.is_deleted()  # the buffer went to the output, as jax does on this backend
 
 
+def test_donate_argnames_consumes_the_named_arguments_as_jax_does() -> None:
+    # By name, passed by position or by keyword; the other argument is left alone.
+    def step(cache: jax.Array, token: jax.Array) -> jax.Array:
+        return cache + token
+
+    for name, jitted in (
+        ("jax", jax.jit(step, donate_argnames="cache")),
+        ("ipujax", ipujax.jit(step, mesh=MESH, donate_argnames="cache")),
+    ):
+        for by_keyword in (False, True):
+            cache, token = jnp.ones(4, jnp.float32), jnp.ones(4, jnp.float32)
+            out = jitted(cache=cache, token=token) if by_keyword else jitted(cache, token)
+            np.testing.assert_array_equal(out, np.full(4, 2.0, np.float32))
+            assert cache.is_deleted() and not token.is_deleted(), (name, by_keyword)
+
+
 def test_arguments_of_the_graphs_dtypes_pass_as_they_are_and_weak_types_are_cast() -> None:
     """A jax array already of the input's dtype goes in as it is; a weakly typed one (a Python
     scalar made an array) is cast, as jax.jit casts it, and gives the same numbers."""
