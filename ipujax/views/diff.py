@@ -29,7 +29,7 @@ class Field:
 
     label: str
     get: Callable[[CostReport], Any]
-    unit: str = "int"  # int | bytes | seconds | fraction | ghz | text
+    unit: str = "int"  # int | bytes | seconds | fraction | ghz | rate | text
     better: str = LOWER
 
 
@@ -57,6 +57,11 @@ SUMMARY: tuple[Field, ...] = (
     Field("exchange bytes", lambda r: r.exchange_bytes, "bytes"),
     Field("IPU-Link bytes", lambda r: r.ipu_link_bytes, "bytes"),
     Field("streaming bytes", lambda r: r.streaming_bytes, "bytes"),
+    Field("host bytes", lambda r: r.host_bytes, "bytes"),
+    Field("device iterations", lambda r: r.device_iterations, "int", NEUTRAL),
+    Field("seconds per call", lambda r: r.latency.seconds_per_call, "seconds"),
+    Field("calls per second", lambda r: r.latency.calls_per_second, "rate", HIGHER),
+    Field("numerics", lambda r: r.numerics, "text", NEUTRAL),
     Field("peak tile memory", lambda r: r.peak_tile_bytes, "bytes"),
     Field("fits", lambda r: "yes" if r.fits else "NO", "text", NEUTRAL),
 )
@@ -98,6 +103,8 @@ def _show(value: Any, unit: str) -> str:
         return m.fmt_pct(value)
     if unit == "ghz":
         return f"{value / 1e9:.3f} GHz"
+    if unit == "rate":
+        return f"{value:,.1f}/s"
     if unit == "int":
         return m.fmt_int(value)
     return str(value)
@@ -122,6 +129,8 @@ def deltas(a: Any, b: Any, unit: str) -> tuple[str, str]:
         return (f"{100 * (b - a):+.2f} pp" if b != a else "0"), m.fmt_delta(a, b)[1]
     if unit == "ghz":
         return (f"{(b - a) / 1e9:+.3f} GHz" if b != a else "0"), m.fmt_delta(a, b)[1]
+    if unit == "rate":
+        return (f"{b - a:+,.1f}/s" if b != a else "0"), m.fmt_delta(a, b)[1]
     return m.fmt_delta(int(a), int(b), as_bytes=unit == "bytes")
 
 

@@ -86,3 +86,24 @@ def test_diff_of_a_report_with_itself_has_no_deltas(cli, gpt_files) -> None:
     assert run.code == 0, run.err
     rows = [line for line in run.out.splitlines() if re.match(r"\s+(total cycles|FLOPs)\s", line)]
     assert rows and all(line.split()[-2:] == ["0", "0%"] for line in rows)
+
+
+def test_diff_shows_the_host_and_the_calls(cli, tmp_path: Path) -> None:
+    # Two reports of one step, 16 calls per host transfer in the second: the same cycles, but
+    # calls per second 13.6x higher, which the diff showed as no change at all before.
+    import jax.numpy as jnp
+
+    import ipujax
+
+    paths = []
+    for name, iterations in (("one", 1), ("sixteen", 16)):
+        jitted = ipujax.jit(lambda w, x: w @ x, resident_argnums=0, device_iterations=iterations)
+        report = jitted.lower(jnp.ones((64, 64)), jnp.ones(64)).compile().cost_report()
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(report.to_json())
+    run = cli("report", "diff", *map(str, paths))
+    assert run.code == 0, run.err
+    assert re.search(r"device iterations\s+1\s+16\s+\+15", run.out)
+    assert re.search(r"calls per second\s+[\d,.]+/s\s+[\d,.]+/s\s+\+[\d,.]+/s", run.out)
+    assert re.search(r"host bytes\s+512 B\s+512 B\s+0", run.out)
+    assert re.search(r"numerics\s+exact\s+exact\s+=", run.out)
