@@ -33,9 +33,9 @@ class Pipeline:
     recomputation checkpoint on every layer's output; `recompute.py`). `batch_argnums`: the
     positional arguments whose leading dimension is the batch (default: the last one, as in
     `step(params, opt_state, batch)`; a `BatchArgumentWarning` when another argument leads
-    with the batch's rows too, as `x` in `step(w, x, y)`). `optimizer_state_offchip`: what only the update reads
-    (an optimizer's moments) stays in streaming memory and is streamed in and out for the
-    update, as Graphcore's BERT ran (`optimizer_state_offchip`)."""
+    with the batch's rows too, as `x` in `step(w, x, y)`). `optimizer_state_offchip`: what
+    only the update reads (an optimizer's moments) stays in streaming memory and is streamed
+    in and out for the update, as Graphcore's BERT ran (`optimizer_state_offchip`)."""
 
     axis: str
     stages: Any = "auto"

@@ -41,6 +41,7 @@ from partitioner.sharding.partitioned import Partitioned as Partitioned
 from partitioner.sharding.pending import pending_axes
 from partitioner.sharding.propagation import Propagated
 from partitioner.sharding.specs import Axes, Sharding
+from partitioner.sharding.windowed import windowed_gathers
 
 
 def _max_id(graph: Graph) -> int:
@@ -160,7 +161,7 @@ class _Partitioner:
             self.graph,
             self.prop,
             local_shardings,
-            tuple(self.all_forced()),
+            (*self.all_forced(), *windowed_gathers(self.graph.ops, self.local)),
         )
 
     def define_inputs(self, shardings: Sequence[Sharding]) -> list[Value]:

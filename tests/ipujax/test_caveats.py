@@ -40,6 +40,26 @@ def test_an_op_gathered_whole_is_a_caveat() -> None:
     assert line in _report(branchy, mesh, (P("rows"),), x).summary()
 
 
+def _laplacian(u: jax.Array) -> jax.Array:
+    kernel = jnp.array([[0.0, 1, 0], [1, -4, 1], [0, 1, 0]])[None, None]
+    return jax.lax.conv_general_dilated(u[None, None], kernel, (1, 1), "SAME")[0, 0]
+
+
+def test_a_convolution_split_along_its_window_is_said_to_gather() -> None:
+    # Rows split over x: the 3x3 window reads neighbours across IPUs, so the rows stay whole,
+    # and each IPU gathered the grid and convolved all of it: warned and said, as an op run
+    # whole is (it was neither). Its values are jax.jit's.
+    mesh = ipujax.make_mesh((4,), ("x",), target=target(16))
+    u = np.arange(32 * 16, dtype=np.float32).reshape(32, 16)
+    jitted = ipujax.jit(_laplacian, mesh=mesh, in_shardings=P("x"))
+    with pytest.warns(ipujax.ReplicationWarning, match="window slides along"):
+        compiled = jitted.lower(u).compile()
+    (line,) = [c for c in compiled.cost_report().caveats if "runs whole" in c]
+    assert line.startswith("convolution at tests/ipujax/test_caveats.py:")
+    assert "float32[1x1x32x16] [{}, {}, {x}, {}]" in line
+    np.testing.assert_allclose(compiled(u), jax.jit(_laplacian)(u), rtol=1e-6)
+
+
 def test_nothing_split_nothing_said() -> None:
     mesh = ipujax.make_mesh((2,), ("rows",), target=target(16))
     x = np.ones((8, 4), np.float32)
