@@ -51,7 +51,7 @@ def _kept_state(built: Built) -> list[str]:
     IPUs between calls: said, since a function that merely returns something of an
     argument's structure and types is read the same way (one line: a report fits a screen)."""
     graph = built.partitioned.global_graph if built.partitioned is not None else built.graph
-    names = [argument_name(graph, flat)[0] for flat in kept_arguments(graph)]
+    names = [argument_name(graph, flat)[0] for flat in kept_arguments(graph) if flat]
     if not names:
         return []
     return [f"{', '.join(names)} returned updated: taken as kept on the IPUs, no host transfer"]

@@ -30,7 +30,8 @@ _TOP_NAME = re.compile(r"[A-Za-z_]\w*")
 
 def argument_name(graph: Graph, flat: Sequence[int]) -> tuple[str, int]:
     """An argument's name (its parameter's, the leaves' common root) and bytes per IPU."""
-    names = [graph.input_names[i] if graph.input_names else f"input {i}" for i in flat]
+    given = graph.input_names
+    names = [given[i] if i < len(given) else f"input {i}" for i in flat] or ["()"]
     match = _TOP_NAME.match(names[0])
     name = match.group(0) if match else names[0]
     return name, sum(graph.inputs[i].nbytes for i in flat)

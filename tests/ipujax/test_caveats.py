@@ -116,3 +116,9 @@ def test_an_argument_returned_updated_is_said_to_be_kept_on_the_ipus() -> None:
         "params returned updated: taken as kept on the IPUs, no host transfer"
     ]
     assert _kept_caveats(lambda x: x.sum(1), x) == []
+    # An argument with no leaves (an optimizer's empty state) is returned "updated" too: it has
+    # nothing to send, and is not named (it raised an IndexError).
+    stateless = lambda params, state: (jax.tree.map(lambda p: p * 0.5, params), state)  # noqa: E731
+    assert _kept_caveats(stateless, params, ()) == [
+        "params returned updated: taken as kept on the IPUs, no host transfer"
+    ]
