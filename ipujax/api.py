@@ -118,11 +118,12 @@ class Jitted:
 
     @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _inside_jax(args, kwargs):
-            return self._as_nested_jit(args, kwargs)
         call = self._call(args, kwargs)
+        arguments = cache_key(call)
+        if arguments is None:  # inside a jax transformation
+            return self._as_nested_jit(args, kwargs)
         mesh, traced_under = self._mesh()
-        key = (*cache_key(call), mesh)
+        key = (*arguments, mesh)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._cache[key] = self._lower(call, mesh, traced_under).compile()
@@ -142,11 +143,6 @@ class Jitted:
         static = self._options.static_argnums, self._options.static_argnames
         nested = jax.jit(self._fun, static_argnums=static[0], static_argnames=static[1])
         return nested(*args, **kwargs)
-
-
-def _inside_jax(args: tuple, kwargs: dict) -> bool:
-    """Whether the call is being traced by a jax transformation: a traced argument."""
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args, kwargs)))
 
 
 @dataclass

@@ -114,10 +114,14 @@ def donated_leaves(
     return donated + [i for name, flat in keyword_ranges(call) if name in names for i in flat]
 
 
-def cache_key(call: Call) -> tuple:
+def cache_key(call: Call) -> tuple | None:
     """The static values, the dynamic arguments' tree, and each leaf's shape and dtype (a
-    Python scalar's type): calls with equal keys share a compiled program on one mesh."""
+    Python scalar's type): calls with equal keys share a compiled program on one mesh. None
+    when a leaf is a jax tracer: the call is being traced by a jax transformation, and there
+    is no program of its own to compile."""
     leaves, tree = jax.tree.flatten((call.args, call.kwargs))
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return None
     return (call.key, tree, tuple(_leaf_key(x) for x in leaves))
 
 

@@ -132,12 +132,16 @@ def _conv_folds(op: Op, producers: Mapping[Value, Task]) -> tuple[int | None, ..
 
 
 def _sum_folds(op: Op, producers: Mapping[Value, Task]) -> tuple[int | None, ...] | None:
-    dims = op.attrs["dimensions"]
     start = producers.get(op.operands[1])
-    zero = start is not None and start.op.name == "constant" and not np.any(start.op.attrs["value"])
-    if reduction_kind(op) != "sum" or not dims or not zero:
-        return None
-    return (dims[0], None)
+    along = _summed_along(op, start.op if start is not None else None)
+    return None if along is None else (along, None)
+
+
+def _summed_along(op: Op, start: Op | None) -> int | None:
+    """The first dimension a `reduce` sums over from `start`, a zero constant; else None."""
+    dims = op.attrs["dimensions"]
+    zero = start is not None and start.name == "constant" and not np.any(start.attrs["value"])
+    return dims[0] if reduction_kind(op) == "sum" and dims and zero else None
 
 
 def _fusion_folds(op: Op, producers: Mapping[Value, Task]) -> tuple[int | None, ...] | None:
@@ -149,14 +153,14 @@ def _fusion_folds(op: Op, producers: Mapping[Value, Task]) -> tuple[int | None, 
     if len(op.results) != 1 or len(sums) != 1:
         return None
     (total,) = sums
-    dims = total.attrs["dimensions"]
-    if reduction_kind(total) != "sum" or not dims or not _zero(total.operands[1], op, producers):
+    along = _summed_along(total, _made_in(total.operands[1], op, producers))
+    if along is None:
         return None
     shape = total.operands[0].shape
     folds: list[int | None] = []
     for value in region.inputs:
         if value.shape == shape:
-            folds.append(dims[0])
+            folds.append(along)
         elif value.size == 1:
             folds.append(None)
         else:
@@ -164,16 +168,14 @@ def _fusion_folds(op: Op, producers: Mapping[Value, Task]) -> tuple[int | None, 
     return tuple(folds)
 
 
-def _zero(value: Value, fusion: Op, producers: Mapping[Value, Task]) -> bool:
-    """Whether `value`, in `fusion`'s region, is a zero constant made inside it or outside."""
+def _made_in(value: Value, fusion: Op, producers: Mapping[Value, Task]) -> Op | None:
+    """The op that makes `value`, a value of `fusion`'s region: a member, or for a region
+    input the task outside that makes the fusion's operand."""
     region = fusion.regions[0]
-    inside = {r: m for m in region.ops for r in m.results}
     if value in region.inputs:
         task = producers.get(fusion.operands[region.inputs.index(value)])
-        made = task.op if task is not None else None
-    else:
-        made = inside.get(value)
-    return made is not None and made.name == "constant" and not np.any(made.attrs["value"])
+        return task.op if task is not None else None
+    return next((m for m in region.ops if value in m.results), None)
 
 
 # For each contraction, the dimension of each input its IPUs' values are laid along.

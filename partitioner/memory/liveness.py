@@ -300,7 +300,7 @@ def storages(
     made, reads, constants = uses if uses is not None else value_uses(program, phases)
     inputs = set(program.inputs)
     streamed = streamed_inputs(program)
-    sliced = sliced_reads(program, phases)
+    sliced = sliced_reads(program, phases, reads)
     # A set filled in the layouts' order: its order is the storages', which the report's
     # largest tensors keep among equals. One membership test per layout.
     owners = set(filter((made.keys() | inputs).__contains__, program.layouts))
@@ -322,31 +322,45 @@ def storages(
     return tuple(found)
 
 
-def sliced_reads(program: Program, phases: PhaseBounds | None) -> dict[Value, frozenset[int]]:
+def sliced_reads(
+    program: Program, phases: PhaseBounds | None, reads: Mapping[Value, list[int]] | None = None
+) -> dict[Value, frozenset[int]]:
     """Per input, the tasks that read it by a static slice in the phases where nothing else
     reads it. A phased program keeps its inputs in streaming memory and loads what a phase
     reads: of an input the phase only slices (weights stacked over the layers, read `ws[i]`),
-    the slices alone, as PopXL loads one entry of a remote buffer; the input is not on chip."""
+    the slices alone, as PopXL loads one entry of a remote buffer; the input is not on chip.
+    `reads`: each value's readers (`value_uses`), when the caller has them."""
     if phases is None or not phases.slices:
         return {}
-    inputs = set(program.inputs)
-    candidates = {t.op.operands[0] for t in program.tasks if t.op.name == "slice"} & inputs
+    tasks = program.tasks
+    candidates = {t.op.operands[0] for t in tasks if t.op.name == "slice"} & set(program.inputs)
     if not candidates:
         return {}
+    readers = reads if reads is not None else _readers(tasks, candidates)
     slicing: dict[tuple[Value, int], list[int]] = {}
     whole: set[tuple[Value, int]] = set()
-    for index, task in enumerate(program.tasks):
-        for value in candidates.intersection(task.reads):
-            key = (value, phases.phase_of(index))
-            if task.op.name == "slice":
+    for value in candidates:
+        # The host's read of an output (past the last task) comes after every phase.
+        for index in (i for i in readers.get(value, ()) if i < len(tasks)):
+            op, key = tasks[index].op, (value, phases.phase_of(index))
+            if op.name == "slice" and op.operands[0] == value:
                 slicing.setdefault(key, []).append(index)
             else:
                 whole.add(key)
     found: dict[Value, set[int]] = {}
-    for (value, phase), tasks in slicing.items():
+    for (value, phase), sliced in slicing.items():
         if (value, phase) not in whole:
-            found.setdefault(value, set()).update(tasks)
-    return {value: frozenset(tasks) for value, tasks in found.items()}
+            found.setdefault(value, set()).update(sliced)
+    return {value: frozenset(sliced) for value, sliced in found.items()}
+
+
+def _readers(tasks: Sequence[Task], values: set[Value]) -> dict[Value, list[int]]:
+    """The tasks that read each of `values`, in order."""
+    found: dict[Value, list[int]] = {}
+    for index, task in enumerate(tasks):
+        for value in values.intersection(task.reads):
+            found.setdefault(value, []).append(index)
+    return found
 
 
 def streamed_inputs(program: Program) -> frozenset[Value]:

@@ -18,10 +18,10 @@ from partitioner.tiles.matmul_plan import MatmulPlan, _plan, _Problem, problem
 from partitioner.tiles.rules.common import relayout_step
 from partitioner.tiles.rules.matmul import (
     partials_dtype,
-    planned_kernel,
     planned_steps,
     planned_temporaries,
 )
+from partitioner.tiles.rules.whole import whole_kernel
 
 
 def conv_problem(op: Op) -> _Problem:
@@ -100,6 +100,6 @@ def convolution_tile_rule(
     outs = (planned or ctx.linear(result),)
     if planned is None:  # the grid's blocks exchanged into the layout the next ops read
         steps = (*steps, relayout_step(op, outs[0], target))
-    kernel = planned_kernel(op, matmul.partial_dtype)
+    kernel = whole_kernel(op, inputs)  # the op's own values, as matmuls' (`matmul_tile_rule`)
     temps = planned_temporaries(matmul, plan, *blocks)
     return Task(op, inputs, layouts, outs, kernel, steps, temps)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
-from lowering import Op, Value, apply_rule, op_cost
+from lowering import Op, Value, op_cost
 from partitioner.layout import Layout, tile_bytes
 from partitioner.program import Superstep, Task, TileBytes
 from partitioner.target import Target
@@ -22,7 +22,8 @@ from partitioner.tiles.matmul_plan import (
     tile_cycles,
     with_budget,
 )
-from partitioner.tiles.rules.common import Array, make_step, permuted, relayout_step
+from partitioner.tiles.rules.common import make_step, permuted, relayout_step
+from partitioner.tiles.rules.whole import whole_kernel
 
 
 def _dot_dims(op: Op) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
@@ -214,7 +215,10 @@ def _planned(
         blocks.append(block - block // share if layout == created else block)
     steps = planned_steps(op, plan, matmul, sum(blocks), out, partial_dtype, target)
     temps = planned_temporaries(matmul, plan, blocks[0], blocks[1])
-    return Task(op, inputs, layouts, (out,), planned_kernel(op, partial_dtype), steps, temps)
+    # The values are the op's own, as jax lowers it (`whole_kernel`): a half-precision
+    # contraction widened, summed and rounded as XLA does for jax.jit, where our partials of
+    # `partial_dtype` are the cost model's.
+    return Task(op, inputs, layouts, (out,), whole_kernel(op, inputs), steps, temps)
 
 
 def planned_temporaries(
@@ -234,21 +238,6 @@ def planned_temporaries(
 def block_outputs(matmul: _Problem, plan: MatmulPlan) -> int:
     """Outputs of one tile's block: the partial sums it makes."""
     return -(-matmul.batch // plan.b) * -(-matmul.rows // plan.m) * -(-matmul.cols // plan.n)
-
-
-def planned_kernel(op: Op, partial_dtype: np.dtype) -> Callable[..., tuple[Array, ...]]:
-    """Both supersteps of a planned matmul (or convolution) as one contraction: the op itself
-    on the logical operands. Each tile's partials of `partial_dtype` (PopLibs' partials type,
-    f32 for floats) summed and cast to the result's type are its sums with f32 accumulation,
-    which the cost model charges step by step; the values are jax.jit's own, the op as jax
-    lowers it (a half-precision contraction widened, summed and rounded as XLA does it: where
-    a cast back to f32 follows, XLA keeps the sums unrounded, and so must the simulator)."""
-    del partial_dtype  # the cost model's; the values are the op's
-
-    def kernel(left: Array, right: Array) -> tuple[Array, ...]:
-        return tuple(apply_rule(op, [left, right], op.attrs, {}))
-
-    return kernel
 
 
 def planned_steps(
