@@ -83,16 +83,16 @@ def tile_memory(
     peak = np.zeros(sweep.segments, np.int64)
     peak_task = np.zeros(sweep.segments, np.int64)
     fullest: list[np.ndarray] = []  # per task, its fullest tile's bytes
-    for first, live in sweep.blocks():
-        # The first task of the highest: the peak's task, as a task-by-task sweep finds it
-        # (an argmax down the columns only of the segments that rise: it is a slow one).
-        top = live.max(axis=0)
+    for block in sweep.blocks():
+        # The first task of the highest: the peak's task, as a task-by-task sweep finds it.
+        top = block.spread(block.live.max(axis=0))
         higher = np.flatnonzero(top > peak)
         if len(higher):
             peak[higher] = top[higher]
-            peak_task[higher] = first + (live[:, higher] == top[higher]).argmax(axis=0)
+            peak_task[higher] = block.first + block.spread(block.live.argmax(axis=0))[higher]
         if phases is not None:
-            live += extra_here  # in place: the block is ours
+            live = block.live
+            live += block.column_max(extra_here)  # in place: the block is ours
             fullest.append(live.max(axis=1))
     per_task = np.concatenate(fullest) if fullest else None
     return TileMemory(
@@ -130,6 +130,26 @@ def _live_by_task(program: Program, found: tuple[Storage, ...], tiles: int) -> _
     return _Sweep(count, tiles, _storage_events(found, count), _temporary_events(program))
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Block:
+    """The live bytes of consecutive tasks from `first`: `live[task, column]`, a column per run
+    of segments whose bytes stay alike through the block (from segment `starts[c]`, `widths[c]`
+    segments wide)."""
+
+    first: int
+    live: np.ndarray
+    starts: np.ndarray
+    widths: np.ndarray
+
+    def spread(self, values: np.ndarray) -> np.ndarray:
+        """Per-column values (the last axis) given to each segment of the column."""
+        return np.repeat(values, self.widths, axis=-1)
+
+    def column_max(self, per_segment: np.ndarray) -> np.ndarray:
+        """The largest of each column's segments' values."""
+        return np.maximum.reduceat(per_segment, self.starts)
+
+
 class _Sweep:
     """Live bytes by task and tile, from difference arrays rather than a task-by-task sweep: a
     storage adds its bytes per tile at (first task of its span, first tile) and takes them away
@@ -137,8 +157,10 @@ class _Sweep:
 
     Tiles are taken in segments, the runs between the tiles where some tensor starts or stops
     (every tile of a segment holds the same bytes), and tasks in blocks, which keeps the arrays
-    small whatever the program's length (GPT-3 on a Pod256: 100,000 tasks, a few hundred
-    segments of 1,472 tiles)."""
+    small whatever the program's length (GPT-3 on a Pod256: 100,000 tasks, 1,344 segments of
+    1,472 tiles). A block keeps only the segment boundaries where its bytes can differ (those
+    of the storages live at its start and of what starts or stops in it): GPT-3's phased blocks
+    need 31 of the 1,344 on average, the rest being runs of equal bytes."""
 
     _BLOCK = 256  # tasks per block
 
@@ -154,8 +176,7 @@ class _Sweep:
     def narrow(self, headroom: int = 0) -> None:
         """Blocks in 32-bit integers when no sum can leave their range: every figure a block
         holds, its differences and live bytes, is a sum of some of the events' bytes, plus
-        `headroom` (bytes the caller adds to it in place). Half the memory traffic of the
-        sweep, the compile's largest array work; exact, or left at 64 bits."""
+        `headroom` (bytes the caller adds to it in place). Exact, or left at 64 bits."""
         bound = headroom + sum(int(np.abs(e[2]).sum()) for e in (self._storage, self._temporary))
         self.dtype = np.int32 if bound < np.iinfo(np.int32).max else np.int64
 
@@ -164,29 +185,35 @@ class _Sweep:
         tiles = self.bounds[-1]
         return rows, np.searchsorted(self.bounds, np.clip(cols, 0, tiles)), amounts
 
-    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
-        """(first task, [tasks, segments] live bytes) for consecutive blocks of tasks; each
-        block a new array, the caller's to change."""
-        # The live bytes' segment differences so far.
-        carry: np.ndarray = np.zeros(self.segments + 1, self.dtype)
+    def blocks(self) -> Iterator[_Block]:
+        """Consecutive blocks of tasks, each a new array, the caller's to change."""
+        # The live bytes' segment differences before the block (the last entry: past the end).
+        carry: np.ndarray = np.zeros(self.segments + 1, np.int64)
+        rows, cols, amounts = self._storage
         for first in range(0, self.count, self._BLOCK):
             stop = min(self.count, first + self._BLOCK)
-            block: np.ndarray = np.zeros((stop - first, self.segments + 1), self.dtype)
-            self._add_differences(block, self._storage, first, stop)
-            block[0] += carry
+            lo, hi = np.searchsorted(rows, [first, stop])
+            t_lo, t_hi = np.searchsorted(self._temporary[0], [first, stop])
+            # The segment boundaries where this block's bytes can differ, and the end.
+            edges = (np.flatnonzero(carry), cols[lo:hi], self._temporary[1][t_lo:t_hi])
+            kept = np.unique(np.concatenate([*edges, [0, self.segments]]))
+            block: np.ndarray = np.zeros((stop - first, len(kept)), self.dtype)
+            block[0] += carry[kept]  # `carry` is zero off `kept`
+            self._add_differences(block, self._storage, first, lo, hi, kept)
             np.cumsum(block, axis=0, dtype=self.dtype, out=block)
-            carry = block[-1].copy()
-            # The few temporaries straight into the block, and the sums over segments in
-            # place: no second block (GPT-3: 83,000 tasks by 1,344 segments, five sweeps).
-            self._add_differences(block, self._temporary, first, stop)
+            np.add.at(carry, cols[lo:hi], amounts[lo:hi])
+            # The few temporaries straight into the block, and the sums over columns in place.
+            self._add_differences(block, self._temporary, first, t_lo, t_hi, kept)
             np.cumsum(block, axis=1, dtype=self.dtype, out=block)
-            yield first, block[:, : self.segments]
+            yield _Block(first, block[:, :-1], kept[:-1], np.diff(kept))
 
     @staticmethod
-    def _add_differences(block: np.ndarray, events: _Events, first: int, stop: int) -> None:
+    def _add_differences(
+        block: np.ndarray, events: _Events, first: int, lo: int, hi: int, kept: np.ndarray
+    ) -> None:
         rows, cols, amounts = events
-        lo, hi = np.searchsorted(rows, [first, stop])
-        np.add.at(block, (rows[lo:hi] - first, cols[lo:hi]), amounts[lo:hi])
+        columns = np.searchsorted(kept, cols[lo:hi])
+        np.add.at(block, (rows[lo:hi] - first, columns), amounts[lo:hi])
 
     def per_tile(self, values: np.ndarray) -> np.ndarray:
         """Per-segment values (the last axis) spread over the segment's tiles."""
@@ -203,13 +230,13 @@ _Events = tuple[np.ndarray, np.ndarray, np.ndarray]  # (task, tile, bytes), sort
 def _storage_events(found: tuple[Storage, ...], count: int) -> _Events:
     """Changes of the live bytes' tile differences: each span adds its storage's bytes from its
     first task and removes them after its last."""
-    spans = [
-        (a, min(b, count - 1) + 1, s.layout.start, s.layout.stop, s.bytes_per_tile)
-        for s in found
-        if not s.always_live
-        for a, b in s.spans
-    ]
-    first, after, start, stop, size = np.array(spans, np.int64).reshape(-1, 5).T
+    held = [s for s in found if not s.always_live and s.spans]
+    # A storage's tiles and bytes once, repeated for each of its spans.
+    tiles = [(s.layout.start, s.layout.start + s.layout.tiles, s.bytes_per_tile) for s in held]
+    repeats = [len(s.spans) for s in held]
+    start, stop, size = np.repeat(np.array(tiles, np.int64).reshape(-1, 3), repeats, axis=0).T
+    first, last = np.array([span for s in held for span in s.spans], np.int64).reshape(-1, 2).T
+    after = np.minimum(last, count - 1) + 1
     rows = np.concatenate([first, first, after, after])
     cols = np.concatenate([start, stop, start, stop])
     amounts = np.concatenate([size, -size, -size, size])
@@ -250,8 +277,8 @@ def task_excess(
     sweep = _live_by_task(program, found, target.tiles_per_ipu)
     base_here = sweep.segment_max(base)
     excess: list[int] = []
-    for _, live in sweep.blocks():
-        fullest = (live + base_here).max(axis=1) - target.bytes_per_tile
+    for block in sweep.blocks():
+        fullest = (block.live + block.column_max(base_here)).max(axis=1) - target.bytes_per_tile
         excess += np.maximum(fullest, 0).tolist()
     return excess
 
@@ -265,8 +292,8 @@ def region_bytes(program: Program, target: Target, loop: bool = False) -> np.nda
     found = storages(program, uses=value_uses(program, carried=carried))
     sweep = _live_by_task(program, found, tiles)
     most = np.zeros(sweep.segments, np.int64)
-    for _, live in sweep.blocks():
-        np.maximum(most, live.max(axis=0), out=most)
+    for block in sweep.blocks():
+        np.maximum(most, block.spread(block.live.max(axis=0)), out=most)
     own = sweep.per_tile(most)
     inputs = set(program.inputs)
     for s in found:

@@ -79,7 +79,7 @@ def sweeps(draw: st.DrawFn) -> tuple[list, list[Storage]]:
 def test_the_block_sweep_equals_the_task_by_task_sweep(case: tuple[list, list[Storage]]) -> None:
     tasks, found = case
     sweep = _live_by_task(SimpleNamespace(tasks=tasks), tuple(found), TILES)  # type: ignore[arg-type]
-    blocks = [(first, sweep.per_tile(live)) for first, live in sweep.blocks()]
+    blocks = [(b.first, sweep.per_tile(b.spread(b.live))) for b in sweep.blocks()]
     assert [first for first, _ in blocks] == list(range(0, len(tasks), 256))
     got = np.concatenate([live for _, live in blocks])
     np.testing.assert_array_equal(got, _naive(tasks, found, TILES))
