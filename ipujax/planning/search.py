@@ -23,10 +23,12 @@ The search does not cost every plan. In order:
   process, the unphased meshes are visited in worker processes and the phased plans costed
   as many at a time as there are workers, a plan that the ones before it would have pruned
   pruned after it is costed: the plans and skips are those of one process.
-- **Traced once** (`traces`): the variants of a mesh share its trace, and a pipeline is traced
-  at its micro-batch alone; a pipelined mesh's bound and its builds (stashing, recomputing)
-  share its staged program (`partitioner.reusing`); `reuse=False` lowers and builds each compile
-  through `ipujax.jit` instead (the same ranking, slower: a check on the reuse).
+- **Traced once** (`traces`): the variants of a mesh share its trace, meshes whose arguments
+  have the same shapes share one when the step is alike and reads no mesh axis, and a
+  pipeline is traced at its micro-batch alone; a pipelined mesh's bound and its builds
+  (stashing, recomputing) share its staged program (`partitioner.reusing`); `reuse=False`
+  lowers and builds each compile through `ipujax.jit` instead (the same ranking, slower: a
+  check on the reuse).
 """
 
 from __future__ import annotations
@@ -323,9 +325,11 @@ def _worker(
     or costed by a search of its own (None when it raised: the parent does it again itself).
     Reusing, the importer's graphs are kept across the worker's jobs (`imports`), as the
     search's block keeps them across its candidates (meshes of the same replicas lower to the
-    same module); what else the passes keep (`reusing`) lasts a job, which is one mesh."""
+    same module), and so are the traces of steps alike (`traces`); what else the passes keep
+    (`reusing`) lasts a job, which is one mesh."""
     model = remake()
     imports = KeptImports()
+    alike: dict = {}  # traces shared by steps alike, across the worker's jobs (`Traces`)
 
     def kept() -> contextlib.AbstractContextManager[Any]:
         if not reuse:
@@ -337,7 +341,7 @@ def _worker(
 
     def job(work: tuple[Candidate, str]) -> _Done | None:
         candidate, kind = work
-        costing = Costing(model, target, traces=Traces() if reuse else None)
+        costing = Costing(model, target, traces=Traces(alike=alike) if reuse else None)
         state = _Search(costing, progress, stash_bound=stash_bound)
         try:
             with collector_paused(), kept():
