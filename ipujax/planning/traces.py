@@ -147,7 +147,7 @@ class _CostOnly(Jitted):
 def _alike(call: Call, under: AbstractMesh, cut: Hashable) -> tuple[Hashable, AbstractMesh] | None:
     """The key a step alike is traced under (with the mesh), or None: under Explicit axes the
     shardings type the trace, and a step or argument that cannot be keyed is not shared."""
-    if under._any_axis_explicit:
+    if under.explicit_axes:
         return None
     step, shapes = alike_key(call.fun), shapes_key((call.args, call.kwargs))
     if step is None or shapes is None:

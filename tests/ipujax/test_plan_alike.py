@@ -13,11 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import layered_step, spec
+from jax.sharding import AbstractMesh, AxisType
 from jax.sharding import PartitionSpec as P
 
 import ipujax
+from ipujax.arguments import split_call
 from ipujax.planning.alike import MAX_DEPTH, alike_key, reads_a_mesh, shapes_key
-from ipujax.planning.traces import Traces
+from ipujax.planning.traces import Traces, _alike
 from lowering import lower
 
 
@@ -136,3 +138,13 @@ def test_a_step_that_reads_the_mesh_shares_its_trace_only_on_that_mesh(dps: tupl
     shared = [_costs(traces.lower(*m)) for m in made]
     assert traces.made == len(set(dps))
     assert shared == [_costs(ipujax.jit(f, **k).lower(*a)) for f, a, k in made]
+
+
+def test_no_trace_is_shared_under_explicit_axes() -> None:
+    """Under Explicit axes the arguments' shardings type the trace, and shapes say nothing of
+    them."""
+    call = split_call(_scaled(2.0), (spec((4,)),), {}, (), ())
+    auto = AbstractMesh((2,), ("dp",))
+    explicit = AbstractMesh((2,), ("dp",), axis_types=(AxisType.Explicit,))
+    assert _alike(call, auto, None) is not None
+    assert _alike(call, explicit, None) is None
