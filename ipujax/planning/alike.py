@@ -27,7 +27,7 @@ from typing import Any
 import jax
 from jax.sharding import SingleDeviceSharding
 
-from lowering import COLLECTIVES, SHARD_OPS, Graph, Op
+from lowering import COLLECTIVES, SHARD_OPS, Graph, walk
 
 MAX_DEPTH = 64  # nested values walked at most (optax's transformations: about 30)
 MAX_NODES = 20_000  # values walked at most, all told
@@ -130,14 +130,7 @@ def _captured(function: types.FunctionType) -> Iterator[Any]:
 
 def reads_a_mesh(graph: Graph) -> bool:
     """Whether the program has an op whose meaning depends on the mesh it was traced under."""
-    return any(op.name in _MESH_OPS for op in _ops(graph))
-
-
-def _ops(graph: Graph) -> Iterator[Op]:
-    for op in graph.ops:
-        yield op
-        for region in op.regions:
-            yield from _ops(region)
+    return any(op.name in _MESH_OPS for op in walk(graph))
 
 
 def shapes_key(tree: Any) -> Hashable | None:

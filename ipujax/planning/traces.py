@@ -80,12 +80,12 @@ class Traces:
         key: Hashable,
         held: tuple[Any, ...],
         make: Callable[[], Trace],
-        alike: tuple[Hashable, AbstractMesh] | None = None,
+        alike: Callable[[], tuple[Hashable, AbstractMesh] | None] = lambda: None,
     ) -> Trace:
-        """The trace kept under `key`, else one kept for a step alike (`alike`: its key and
-        the mesh it is traced under), else `make()`'s."""
+        """The trace kept under `key`, else one kept for a step alike (`alike()`: its key and
+        the mesh it is traced under, asked only then), else `make()`'s."""
         if key not in self.kept:
-            self.kept[key] = self._shared(make, alike), held
+            self.kept[key] = self._shared(make, alike()), held
         return self.kept[key][0]
 
     def _shared(
@@ -141,7 +141,7 @@ class _CostOnly(Jitted):
         ids = tuple(map(id, (self._fun, options.in_shardings, *call.args, *call.kwargs.values())))
         key = (ids, tuple(call.kwargs), call.key, under, cut)
         held = (self._fun, options.in_shardings, call.args, call.kwargs)
-        return self._traces.trace(key, held, make, _alike(call, under, cut))
+        return self._traces.trace(key, held, make, lambda: _alike(call, under, cut))
 
 
 def _alike(call: Call, under: AbstractMesh, cut: Hashable) -> tuple[Hashable, AbstractMesh] | None:
