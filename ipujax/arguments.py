@@ -122,10 +122,14 @@ def cache_key(call: Call) -> tuple | None:
     leaves, tree = jax.tree.flatten((call.args, call.kwargs))
     if any(isinstance(x, jax.core.Tracer) for x in leaves):
         return None
-    return (call.key, tree, tuple(_leaf_key(x) for x in leaves))
+    return (call.key, tree, tuple(leaf_key(x) for x in leaves))
 
 
-def _leaf_key(leaf: Any) -> Any:
+def leaf_key(leaf: Any) -> Any:
+    """What a trace reads of a dynamic leaf: a Python scalar's type (traced as a weak-typed
+    value whatever its value), an array's shape, dtype and weak type (jax promotes a weak
+    float32 with a bfloat16 to bfloat16, a strong one to float32)."""
     if isinstance(leaf, (bool, int, float, complex)):
         return type(leaf).__name__
-    return (tuple(np.shape(leaf)), str(getattr(leaf, "dtype", type(leaf).__name__)))
+    dtype = str(getattr(leaf, "dtype", type(leaf).__name__))
+    return (tuple(np.shape(leaf)), dtype, bool(getattr(leaf, "weak_type", False)))

@@ -27,6 +27,7 @@ from typing import Any
 import jax
 from jax.sharding import SingleDeviceSharding
 
+from ipujax.arguments import leaf_key
 from lowering import COLLECTIVES, SHARD_OPS, Graph, walk
 
 MAX_DEPTH = 64  # nested values walked at most (optax's transformations: about 30)
@@ -134,21 +135,12 @@ def reads_a_mesh(graph: Graph) -> bool:
 
 
 def shapes_key(tree: Any) -> Hashable | None:
-    """The arguments as a trace sees them: their tree, and each array leaf's shape, type and
-    weak type; other leaves (Python scalars) by `alike_key`. None when a leaf cannot be keyed,
-    or has a sharding of its own (which may type the trace), beyond one device's placement."""
+    """The arguments as a trace sees them: their tree and each leaf's `leaf_key` (an array's
+    shape, dtype and weak type). None when a leaf has a sharding of its own (which may type
+    the trace), beyond one device's placement."""
     leaves, structure = jax.tree.flatten(tree)
-    keys: list[Hashable] = []
     for leaf in leaves:
-        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
-            sharding = getattr(leaf, "sharding", None)
-            if sharding is not None and not isinstance(sharding, SingleDeviceSharding):
-                return None
-            weak = bool(getattr(leaf, "weak_type", False))
-            keys.append((tuple(leaf.shape), str(leaf.dtype), weak))
-            continue
-        found = alike_key(leaf)
-        if found is None:
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and not isinstance(sharding, SingleDeviceSharding):
             return None
-        keys.append(found)
-    return (structure, tuple(keys))
+    return (structure, tuple(leaf_key(leaf) for leaf in leaves))

@@ -466,3 +466,18 @@ def test_a_call_outside_any_transformation_does_not_warn() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", ipujax.InsideJaxWarning)
         assert float(ipujax.jit(_square_sum)(jnp.arange(4.0))) == 14.0
+
+
+def test_a_weak_typed_argument_is_compiled_apart_from_a_strong_one() -> None:
+    """jax promotes a weak-typed float32 with a bfloat16 array to bfloat16 and a strong one to
+    float32: a call with either after the other gets jax.jit's dtype, not the cached one's."""
+
+    def scale(a: Any, b: Any) -> Any:
+        return a * b
+
+    b = jnp.ones(4, jnp.bfloat16)
+    strong, weak = jnp.float32(2), jnp.asarray(2.0)
+    assert weak.weak_type and not strong.weak_type
+    step = ipujax.jit(scale)
+    for a in (strong, weak, strong):
+        assert step(a, b).dtype == jax.jit(scale)(a, b).dtype
