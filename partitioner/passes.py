@@ -278,6 +278,8 @@ def build(
     links = place_axes(partitioned, mesh)
     target = compute_target(mesh.target, options.phases)
     program = checked(schedule(local, target, links), "schedule", mesh, options)
+    io = host_io(local, options.resident_inputs, graph)
+    program = dataclasses.replace(program, on_device=frozenset(local.inputs) - set(io.inputs or ()))
     axes = replica_axes_of(partitioned, mesh, options.replica_axes)
     program, plan = split_phases(program, options.phases, target)
     program = checked(program, "split phases", mesh, options)
@@ -295,8 +297,6 @@ def build(
             check_capacity(needed, mesh.target)
         streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links, trips)
         program = _combined_in_phases(program, plan, links, mesh, options)
-    resident = options.resident_inputs
-    io = host_io(local, resident, graph)
     host = step_transfers(io, program, mesh, target, plan is not None)
     cost = program_cost(program, plan, memory.phase_peaks, streams, target, host)
     return Built(mesh, local, partitioned, target, program, plan, memory, axes, streams, cost, kept)

@@ -139,6 +139,9 @@ class Program:
     outputs: tuple[Value, ...]
     layouts: dict[Value, Layout]
     tiles: int
+    # Inputs that stay on the IPUs between steps (resident, or returned updated): the host
+    # never sends them, so no loop streams them from it a slice per trip (`streamed_inputs`).
+    on_device: frozenset[Value] = frozenset()
 
     @property
     def supersteps(self) -> tuple[Superstep, ...]:

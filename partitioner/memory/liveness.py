@@ -18,7 +18,7 @@ import numpy as np
 
 from lowering import ELEMENTWISE, FUSIONS, Op, Value, op_reads
 from partitioner.layout import Layout, tile_bytes
-from partitioner.program import Program, Task
+from partitioner.program import LOOP_BEGIN, Program, Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +309,7 @@ def storages(
     for value in owners:
         always = value in constants or (value in inputs and phases is None)
         if value in inputs:
-            slices = sliced.get(value, frozenset())
+            slices = sliced.get(value, {})
             read_at = [u for u in reads.get(value, []) if u not in slices]
             first = min(read_at, default=0)
             spans = _spans(first, read_at, phases) if phases is not None else ((0, 0),)
@@ -322,50 +322,94 @@ def storages(
     return tuple(found)
 
 
+# What a task loads of an input it only slices: (bytes of one load, how many loads).
+Loads = tuple[int, int]
+
+
 def sliced_reads(
     program: Program, phases: PhaseBounds | None, reads: Mapping[Value, list[int]] | None = None
-) -> dict[Value, frozenset[int]]:
-    """Per input, the tasks that read it by a static slice in the phases where nothing else
-    reads it. A phased program keeps its inputs in streaming memory and loads what a phase
-    reads: of an input the phase only slices (weights stacked over the layers, read `ws[i]`),
-    the slices alone, as PopXL loads one entry of a remote buffer; the input is not on chip.
-    `reads`: each value's readers (`value_uses`), when the caller has them."""
+) -> dict[Value, dict[int, Loads]]:
+    """Per input, the tasks that read slices of it in the phases where nothing reads it
+    whole, each with what it loads. A phased program keeps its inputs in streaming memory and
+    loads what a phase reads: of an input the phase only slices (weights stacked over the
+    layers, read `ws[i]`, or by a scan), the slices alone, as PopXL loads one entry of a remote
+    buffer (at an offset a tensor holds, for a dynamic slice); the input is not on chip. A
+    slice loads once, or once per trip of the loop laid out inline that takes it; a loop kept
+    whole that reads an input one dynamic slice per trip (`_sliced_per_trip`, a scan over
+    stacked layers) loads all of it, a slice a trip. `reads`: each value's readers
+    (`value_uses`), when the caller has them."""
     if phases is None or not phases.slices:
         return {}
     tasks = program.tasks
-    candidates = {t.op.operands[0] for t in tasks if t.op.name == "slice"} & set(program.inputs)
-    if not candidates:
-        return {}
-    readers = reads if reads is not None else _readers(tasks, candidates)
-    slicing: dict[tuple[Value, int], list[int]] = {}
+    inputs = set(program.inputs)
+    readers = reads if reads is not None else _readers(tasks, inputs)
+    later: set[Value] | None = None  # what is read after a loop, found when a loop is asked
+    slicing: dict[tuple[Value, int], dict[int, Loads]] = {}
     whole: set[tuple[Value, int]] = set()
-    for value in candidates:
+    for value in inputs:
         # The host's read of an output (past the last task) comes after every phase.
         for index in (i for i in readers.get(value, ()) if i < len(tasks)):
-            op, key = tasks[index].op, (value, phases.phase_of(index))
-            if op.name == "slice" and op.operands[0] == value:
-                slicing.setdefault(key, []).append(index)
-            else:
+            key = (value, phases.phase_of(index))
+            task = tasks[index]
+            if later is None and task.op.name == "while":
+                later = _read_later(program)
+            loads = _slice_loads(task, value, value in program.on_device, later or set())
+            if loads is None:
                 whole.add(key)
-    found: dict[Value, set[int]] = {}
+            else:
+                slicing.setdefault(key, {})[index] = loads
+    found: dict[Value, dict[int, Loads]] = {}
     for (value, phase), sliced in slicing.items():
         if (value, phase) not in whole:
-            found.setdefault(value, set()).update(sliced)
-    return {value: frozenset(sliced) for value, sliced in found.items()}
+            found.setdefault(value, {}).update(sliced)
+    return found
+
+
+def _slice_loads(task: Task, value: Value, on_device: bool, later: set[Value]) -> Loads | None:
+    """What `task` loads of `value` when it reads only slices of it (see `sliced_reads`), or
+    None when it reads it whole. A loop streams its slices from streaming memory only when the
+    host does not stream them to it (an input kept on the IPUs)."""
+    op = task.op
+    if op.name in ("slice", "dynamic_slice") and value not in op.operands[1:]:
+        return op.results[0].nbytes, task.trips
+    if op.name != "while" or not on_device:
+        return None
+    positions = [p for p, v in enumerate(task.inputs) if v == value]
+    if not positions or not all(_sliced_per_trip(op, p, later) for p in positions):
+        return None  # read through a view, or whole
+    body = op.regions[1]
+    inner = {body.inputs[p] for p in positions}
+    pieces = [
+        o.results[0].nbytes
+        for o in body.ops
+        if o.name == "dynamic_slice" and o.operands[0] in inner
+    ]
+    piece = max(pieces)
+    return piece, max(1, value.nbytes // max(1, piece))
 
 
 def _readers(tasks: Sequence[Task], values: set[Value]) -> dict[Value, list[int]]:
-    """The tasks that read each of `values`, in order."""
+    """The tasks that read each of `values`, in order, a loop laid out inline reading them as
+    its body's inputs (which its `loop_begin` task passes on in their storage)."""
+    passed: dict[Value, Value] = {}
     found: dict[Value, list[int]] = {}
     for index, task in enumerate(tasks):
-        for value in values.intersection(task.reads):
-            found.setdefault(value, []).append(index)
+        if task.op.name == LOOP_BEGIN:
+            for value, inner in zip(task.inputs, task.op.results, strict=False):
+                source = passed.get(value, value)
+                if source in values:
+                    passed[inner] = source
+        for value in task.reads:
+            source = passed.get(value, value)
+            if source in values:
+                found.setdefault(source, []).append(index)
     return found
 
 
 def streamed_inputs(program: Program) -> frozenset[Value]:
-    """Inputs the host streams a slice at a time: read only by loops that pass them on unchanged
-    and read one slice of them per trip (a scan's micro-batches). Poplar copies each trip's
+    """Inputs the host streams a slice at a time: sent every step (not kept on the IPUs,
+    `Program.on_device`), read only by loops that pass them on unchanged and read one slice of
+    them per trip (a scan's micro-batches). Poplar copies each trip's
     slice from its host stream into the tiles, so the whole never sits on chip; the slices are
     the body's own tensors."""
     loops = [i for i, task in enumerate(program.tasks) if task.op.name == "while"]
@@ -383,8 +427,14 @@ def streamed_inputs(program: Program) -> frozenset[Value]:
         for value in program.inputs
         if value in looped
         and value not in outputs
+        and value not in program.on_device
         and all(_sliced_per_trip(program.tasks[i].op, p, read_later) for i, p in readers[value])
     )
+
+
+def _read_later(program: Program) -> set[Value]:
+    """The values some task or the host reads (a loop's result among them is read after it)."""
+    return {v for task in program.tasks for v in task.inputs} | set(program.outputs)
 
 
 def _sliced_per_trip(op: Op, position: int, read_later: set[Value]) -> bool:

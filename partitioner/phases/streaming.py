@@ -44,6 +44,10 @@ class PhaseStream:
     gather_cycles: int = 0
     kept_bytes: int = 0
     largest_bytes: int = 0  # the largest single tensor it loads or stores
+    # Of `load_bytes`, those a loop loads a slice a trip (`sliced_reads`), in `trips` equal
+    # pieces: the first before the phase, each later one while the trip before it computes.
+    trip_bytes: int = 0
+    trips: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,8 @@ class _Moves:
     kept: list[int]
     largest: list[int]
     gathers: list[dict[tuple[str, ...], int]]  # per phase: gathered bytes by axes
+    trip_loads: list[int]  # per phase: of `loads`, those a loop loads a slice a trip
+    trips: list[int]  # per phase: the most trips of such a loop
 
 
 def _moves(
@@ -130,7 +136,15 @@ def _moves(
     trips: Mapping[Value, int],
 ) -> _Moves:
     count = len(bounds.bounds)
-    moves = _Moves([0] * count, [0] * count, [0] * count, [0] * count, [{} for _ in range(count)])
+    moves = _Moves(
+        [0] * count,
+        [0] * count,
+        [0] * count,
+        [0] * count,
+        [{} for _ in range(count)],
+        [0] * count,
+        [1] * count,
+    )
     outputs, inputs = set(program.outputs), set(program.inputs)
     readers = _phase_readers(program, bounds)
     for s in storages:
@@ -153,7 +167,7 @@ def _moves(
         if s.value in outputs or (len(phases) > 1 and not is_input):
             moves.stores[phases[0]] += share * times
             moves.largest[phases[0]] = max(moves.largest[phases[0]], share)
-    _load_slices(moves, program, bounds, sharded, trips)
+    _load_slices(moves, program, bounds, sharded)
     return moves
 
 
@@ -162,20 +176,23 @@ def _load_slices(
     program: Program,
     bounds: PhaseBounds,
     sharded: Sharded,
-    trips: Mapping[Value, int],
 ) -> None:
     """The slices a phase reads of an input it reads no other way (`sliced_reads`), each
     loaded alone, as the input's share of it (split as the input is stored, gathered as it
-    would be)."""
+    would be): once, or once a trip (a loop's)."""
     for value, tasks in sliced_reads(program, bounds).items():
+        stored = sharded.stored_bytes(value)
         for index in sorted(tasks):
+            piece, times = tasks[index]
             task = program.tasks[index]
-            part = task.op.results[0]
-            phase, times = bounds.phase_of(index), trips.get(part, 1)
-            share = part.nbytes * sharded.stored_bytes(value) // max(1, value.nbytes)
+            phase = bounds.phase_of(index)
+            share = piece * stored // max(1, value.nbytes)
             moves.loads[phase] += share * times
             moves.largest[phase] = max(moves.largest[phase], share)
-            _gather(moves.gathers[phase], sharded, value, [task], times, part.nbytes)
+            if times > 1:
+                moves.trip_loads[phase] += share * times
+                moves.trips[phase] = max(moves.trips[phase], times)
+            _gather(moves.gathers[phase], sharded, value, [task], times, piece)
 
 
 def _gather(
@@ -220,7 +237,14 @@ def phase_streams(
             cycles += ring.link_cycles + ring.sync_cycles
         out.append(
             PhaseStream(
-                moves.loads[p], moves.stores[p], sent, cycles, moves.kept[p], moves.largest[p]
+                moves.loads[p],
+                moves.stores[p],
+                sent,
+                cycles,
+                moves.kept[p],
+                moves.largest[p],
+                moves.trip_loads[p],
+                moves.trips[p],
             )
         )
     return tuple(out)
@@ -289,7 +313,9 @@ def phase_costs(
 ) -> tuple[PhaseCost, ...]:
     """Each phase's cycles: its compute plus the exposed part of the IO window before it (this
     phase's loads and gathers, the previous phase's stores; the last phase's own stores after
-    it). With IO tiles the window runs while the previous phase computes."""
+    it). With IO tiles the window runs while the previous phase computes. A loop's slices
+    loaded a trip at a time (`PhaseStream.trips`) come in windows of their own, the first
+    before the phase and each later one while the trip before it computes (with IO tiles)."""
     out = []
     count = len(streams)
     io_tiles = target.phase_io_tiles
@@ -297,10 +323,16 @@ def phase_costs(
         zip(names, compute, streams, peaks, strict=True)
     ):
         previous = streams[p - 1].store_bytes if p else 0
-        moving = _window(target, stream.load_bytes, previous, stream.gather_cycles)
+        piece = -(-stream.trip_bytes // stream.trips)
+        first = stream.load_bytes - stream.trip_bytes + piece
+        moving = _window(target, first, previous, stream.gather_cycles)
         if p == count - 1 and stream.store_bytes:
             moving += _window(target, 0, stream.store_bytes, 0)
         hidden = min(moving, compute[p - 1]) if io_tiles and p > 0 else 0
+        later = _window(target, piece, 0, 0) if stream.trips > 1 else 0
+        later_hidden = min(later, work // stream.trips) if io_tiles else 0
+        moving += (stream.trips - 1) * later
+        hidden += (stream.trips - 1) * later_hidden
         out.append(
             PhaseCost(
                 name=name,
