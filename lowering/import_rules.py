@@ -8,8 +8,9 @@ tuples, numpy dtypes and (for constants) numpy arrays, so that the IR never hold
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -144,6 +145,38 @@ def _scalar(attr: ir.Attribute, dtype: np.dtype) -> Any:
     )
 
 
+# ---- attributes kept for one import ------------------------------------------------------
+
+# While `attributes_kept` is open, what a rule read from an MLIR attribute (uniqued in its
+# context: equal attributes are one key) is kept and handed to the next op that has it: GPT-3's
+# 20,000 constants and 26,000 broadcasts repeat a few hundred attributes. The keys hold the
+# attributes, and so their context, only until the block ends.
+_KEPT: list[dict[Any, Any]] = []
+
+
+@contextlib.contextmanager
+def attributes_kept() -> Iterator[None]:
+    _KEPT.append({})
+    try:
+        yield
+    finally:
+        _KEPT.pop()
+
+
+def _kept(key: Any, read: Callable[[], Any]) -> Any:
+    """`read()`, or what it gave for `key` earlier in the open `attributes_kept` block (an
+    array kept so is shared, and read-only)."""
+    if not _KEPT:
+        return read()
+    kept = _KEPT[-1]
+    found = kept.get(key)
+    if found is None:
+        found = kept[key] = read()
+        if isinstance(found, np.ndarray):
+            found.flags.writeable = False
+    return found
+
+
 # ---- rules -------------------------------------------------------------------------------
 
 
@@ -170,7 +203,11 @@ def _compare_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
 
 
 def _constant_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
-    return {"value": _constant_value(op)}
+    try:
+        key = ("constant", op.attributes["value"])
+    except TypeError:  # a complex constant, whose attribute the bindings cannot hand over
+        return {"value": _constant_value(op)}
+    return {"value": _kept(key, lambda: _constant_value(op))}
 
 
 def _iota_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
@@ -182,7 +219,14 @@ def _iota_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
 
 
 def _broadcast_in_dim_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:
-    return {"shape": _result_shape(op), "broadcast_dimensions": _ints(op, "broadcast_dimensions")}
+    key = ("broadcast", op.results[0].type, _attr(op, "broadcast_dimensions"))
+    return _kept(
+        key,
+        lambda: {
+            "shape": _result_shape(op),
+            "broadcast_dimensions": _ints(op, "broadcast_dimensions"),
+        },
+    )
 
 
 def _reshape_import_rule(op: ir.Operation, regions: tuple[Graph, ...]) -> Attrs:

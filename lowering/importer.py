@@ -21,7 +21,7 @@ from lowering.callbacks import host_callbacks, lowered_host_callbacks, refuse_or
 from lowering.dtypes import numpy_dtype
 from lowering.errors import LoweringError, UnsupportedFeatureError, UnsupportedOpError
 from lowering.import_reuse import imported
-from lowering.import_rules import IMPORT_RULES
+from lowering.import_rules import IMPORT_RULES, attributes_kept
 from lowering.ir import Graph, Op, Value
 from lowering.library_ops import custom_call_detail, op_name
 from lowering.locations import SourceLoc
@@ -39,6 +39,7 @@ class _Importer:
         # Decoded locations and value types, by their uniqued MLIR attribute and type (which
         # hash by identity in the context): a model's layers repeat both thousands of times.
         self._locations: dict[tuple[Any, SourceLoc], SourceLoc] = {}
+        self._files: dict[Any, Any] = {}  # the user's frame under each scope (`decode`)
         self._types: dict[Any, tuple[tuple[int, ...], Any]] = {}
         self._functions = {
             ir.StringAttr(op.attributes["sym_name"]).value: op
@@ -70,7 +71,7 @@ class _Importer:
         key = (location.attr, outer)
         found = self._locations.get(key)
         if found is None:
-            found = self._locations[key] = locations.decode(location, outer)
+            found = self._locations[key] = locations.decode(location, outer, self._files)
         return found
 
     def _block(
@@ -87,7 +88,7 @@ class _Importer:
             if name == "func.call":
                 ops.extend(self._inline_call(mlir_op, env, loc))
             else:
-                ops.append(self._op(mlir_op, env, loc))
+                ops.append(self._op(mlir_op, env, loc, name))
         raise LoweringError(f"a block of {len(ops)} ops has no terminator")
 
     def _inline_call(self, call: Any, env: _MLIR, loc: SourceLoc) -> list[Op]:
@@ -98,8 +99,8 @@ class _Importer:
         env.update(zip(call.results, outputs, strict=True))
         return ops
 
-    def _op(self, mlir_op: Any, env: _MLIR, loc: SourceLoc) -> Op:
-        name = op_name(mlir_op)
+    def _op(self, mlir_op: Any, env: _MLIR, loc: SourceLoc, mlir_name: str) -> Op:
+        name = op_name(mlir_op, mlir_name)
         if name is None:
             raise UnsupportedOpError(_mlir_name(mlir_op), loc, _custom_call_target(mlir_op))
         operands = tuple(env[v] for v in mlir_op.operands)
@@ -149,7 +150,7 @@ def lower(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Graph:
     callbacks = tuple(lowered_host_callbacks(lowered))
 
     def make() -> Graph:
-        with host_callbacks(callbacks):
+        with host_callbacks(callbacks), attributes_kept():
             return _Importer(module).main()
 
     graph = imported(module, callbacks, make)

@@ -36,9 +36,10 @@ def custom_call_target(op: Any) -> str:
     return ir.StringAttr(op.attributes["call_target_name"]).value
 
 
-def op_name(op: Any) -> str | None:
-    """The vocabulary name of an MLIR op (a custom call's by its target), or None."""
-    name = op.operation.name
+def op_name(op: Any, name: str | None = None) -> str | None:
+    """The vocabulary name of an MLIR op (a custom call's by its target), or None; `name`, its
+    MLIR name, when the caller has it."""
+    name = op.operation.name if name is None else name
     if name != _CUSTOM_CALL:
         return ir_name(name)
     target = custom_call_target(op)

@@ -85,6 +85,21 @@ def _first_file(loc: ir.Location) -> tuple[str, int, int] | None:
     return None
 
 
+def _first_file_kept(
+    loc: ir.Location, files: dict[Any, tuple[str, int, int] | None]
+) -> tuple[str, int, int] | None:
+    """`_first_file`, the answer under a name location's child kept in `files` by the child's
+    attribute (uniqued, so equal frames are one key while the module lives)."""
+    name = _as(ir.NameLoc, loc)
+    if name is None:
+        return _first_file(loc)
+    child = name.child_loc
+    key = child.attr
+    if key not in files:
+        files[key] = _first_file(child)
+    return files[key]
+
+
 def _outer_name(loc: ir.Location) -> str:
     """The name-stack path that jax puts on the outermost name location."""
     if (name := _as(ir.NameLoc, loc)) is not None:
@@ -96,10 +111,16 @@ def _outer_name(loc: ir.Location) -> str:
     return ""
 
 
-def decode(loc: ir.Location, outer: SourceLoc = UNKNOWN) -> SourceLoc:
+def decode(
+    loc: ir.Location,
+    outer: SourceLoc = UNKNOWN,
+    files: dict[Any, tuple[str, int, int] | None] | None = None,
+) -> SourceLoc:
     """Decodes an op's MLIR location into the user's file:line and the op's scope path; an op
-    with no user frame of its own takes the file:line of `outer`, the op or call around it."""
-    found = _first_file(loc)
+    with no user frame of its own takes the file:line of `outer`, the op or call around it.
+    `files`: the file:line found under each name location's child, kept by the caller across
+    the locations of one module (its layers share their frames under different scopes)."""
+    found = _first_file(loc) if files is None else _first_file_kept(loc, files)
     scope = _outer_name(loc) or outer.scope
     if found is None:
         return SourceLoc(file=outer.file, line=outer.line, column=outer.column, scope=scope)

@@ -18,7 +18,8 @@ The search does not cost every plan. In order:
   far is pruned.
 - **Repeated layers priced once** (`costing`): a layered model is costed shallow and
   extrapolated; the best plans are then compiled whole (`confirm`), and their figures replace
-  the estimates.
+  the estimates. A last batch of phased plans that leaves a worker idle has it compile the best
+  plan so far whole (`ahead_of_confirm`), which `confirm` takes if it asks for that plan.
 - **Side by side** (`workers`): with `jobs` > 1 and a model that can be made again in another
   process, the unphased meshes are visited in worker processes and the phased plans costed
   as many at a time as there are workers, a plan that the ones before it would have pruned
@@ -79,8 +80,9 @@ _EVERY_COUNT = frozenset({Outcome.REFUSED, Outcome.OVER_MEMORY_BOUND})
 _OVERSTASHED = frozenset({Outcome.DOES_NOT_FIT, Outcome.OVER_STASH_BOUND})
 
 
-# What a worker does with a candidate: visit it (`_Search.visit`), or cost it (a phased plan).
-_VISIT, _COST = "visit", "cost"
+# What a worker does with a candidate: visit it (`_Search.visit`), cost it (a phased plan), or
+# compile it whole (`_Search.confirm`, ahead of time, on a worker the last batch leaves idle).
+_VISIT, _COST, _CONFIRM = "visit", "cost", "confirm"
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,9 @@ class _Search:
     plans: list[Plan] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     workers: Workers | None = None  # None: every candidate costed in this process
+    confirms: int = 0  # how many plans `confirm` may compile whole (none: none made ahead)
+    # Whole compiles a worker made ahead of `confirm`, by candidate: used when it asks for one.
+    ahead: dict[Candidate, _Done] = field(default_factory=dict)
 
     def note(self, text: str) -> None:
         if self.progress is not None:
@@ -258,13 +263,31 @@ class _Search:
                 if not self.cost_bounded(rate, candidate):
                     batch.append((rate, candidate))
             jobs = [(candidate, _COST) for _, candidate in batch]
-            for (rate, candidate), done in zip(batch, self.farmed(jobs), strict=True):
+            ahead = self.ahead_of_confirm(batch, width) if not pending else None
+            done_jobs = self.farmed(jobs + ([(ahead, _CONFIRM)] if ahead is not None else []))
+            if ahead is not None and done_jobs[-1] is not None:
+                self.ahead[ahead] = done_jobs[-1]
+                self.costing.compiles += done_jobs[-1].compiles
+            for (rate, candidate), done in zip(batch, done_jobs, strict=False):
                 if self.cost_bounded(rate, candidate):
                     self.costing.compiles += done.compiles if done is not None else 0
                 elif done is None:
                     self.cost_one(candidate)
                 else:
                     self.absorb(done)
+
+    def ahead_of_confirm(
+        self, batch: list[tuple[float, Candidate]], width: int
+    ) -> Candidate | None:
+        """The plan `confirm` would compile whole first if the search ended now, when the last
+        batch leaves a worker idle (None otherwise): compiled whole beside the batch, its
+        figures are `confirm`'s if it still asks for them, and are dropped if not."""
+        if self.workers is None or len(batch) >= width or self.confirms <= 0:
+            return None
+        ranked = rank(self.plans)
+        if not ranked or not ranked[0].extrapolated:
+            return None
+        return ranked[0].candidate
 
     def cost_bounded(self, rate: float, candidate: Candidate) -> bool:
         """Whether the best plan that fits so far prunes a phased candidate whose bound is
@@ -308,10 +331,22 @@ class _Search:
                 return
             top = ranked[0]
             self.note(f"confirming {top.candidate.describe()} at full depth")
-            whole = self.attempt(top.candidate, whole=True)
+            whole = self.whole(top.candidate)
             self.plans.remove(top)
             if whole is not None:
                 self.plans.append(whole)
+
+    def whole(self, candidate: Candidate) -> Plan | None:
+        """The candidate compiled whole: as a worker compiled it ahead (`ahead_of_confirm`), or
+        here; None when it could not be (skipped, with why)."""
+        done = self.ahead.pop(candidate, None)
+        if done is None:
+            return self.attempt(candidate, whole=True)
+        self.skipped += done.skipped  # its compiles were counted when it was made
+        if not done.plans:
+            return None
+        build = functools.partial(self.costing.built, candidate, None)
+        return dataclasses.replace(done.plans[0], build=build)
 
 
 def _worker(
@@ -345,10 +380,13 @@ def _worker(
         state = _Search(costing, progress, stash_bound=stash_bound)
         try:
             with collector_paused(), kept():
+                phased = []
                 if kind == _VISIT:
                     phased = state.visit(candidate)
+                elif kind == _CONFIRM:
+                    whole = state.attempt(candidate, whole=True)
+                    state.plans += [whole] if whole is not None else []
                 else:
-                    phased = []
                     state.cost_one(candidate)
         except Exception:  # raised again where the parent does the job itself, typed
             return None
@@ -378,7 +416,8 @@ def search(
     ipus = system_ipus(system)
     target = target or Target.bow()
     traces = Traces() if reuse else None
-    state = _Search(Costing(model, target, traces=traces), progress, stash_bound=stash_bound)
+    costing = Costing(model, target, traces=traces)
+    state = _Search(costing, progress, stash_bound=stash_bound, confirms=confirm)
     if jobs > 1 and model.remake is not None:
         setup = functools.partial(_worker, model.remake, target, stash_bound, reuse, progress)
         state.workers = Workers(jobs, setup)

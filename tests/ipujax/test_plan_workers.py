@@ -25,6 +25,7 @@ import lowering.importer
 from ipujax.cli import main
 from ipujax.cli.plan import spec_model
 from ipujax.planning import Candidate, Plan, Plans, search
+from ipujax.planning.ranking import rank
 from ipujax.planning.search import _Done, _Search, _worker
 from partitioner import Target
 
@@ -235,3 +236,81 @@ def test_a_worker_keeps_its_imports_across_jobs(monkeypatch: pytest.MonkeyPatch)
     assert first is not None and again is not None
     assert _found_plans(first) == _found_plans(again)
     assert len(imported) == 1
+
+
+@dataclasses.dataclass
+class _Layered:
+    """A layered model's costing: shallow estimates, and whole compiles that read `whole`
+    samples/s (counted)."""
+
+    shallow: dict[Candidate, float]
+    whole: dict[Candidate, float]
+    compiles: int = 0
+    wholes: list[Candidate] = dataclasses.field(default_factory=list)
+
+    def cost(self, candidate: Candidate, whole: bool = False) -> Plan:
+        self.compiles += 1 if whole else 2
+        if whole:
+            self.wholes.append(candidate)
+        rate = (self.whole if whole else self.shallow)[candidate]
+        return dataclasses.replace(_plan(candidate, rate), extrapolated=not whole)
+
+    def built(self, candidate: Candidate, layers: int | None) -> Any:
+        return None, (), {}
+
+
+@dataclasses.dataclass
+class _LayeredWorkers:
+    """Workers in this process that cost and compile whole as `costing` does."""
+
+    jobs: int
+    costing: _Layered
+
+    def costed(self, jobs: list[tuple[Candidate, str]]) -> list[_Done]:
+        out = []
+        for candidate, kind in jobs:
+            before = self.costing.compiles
+            plan = self.costing.cost(candidate, whole=kind == "confirm")
+            out.append(_Done((plan,), (), (), self.costing.compiles - before))
+        return out
+
+
+@pytest.mark.parametrize("whole_rate", [9.0, 3.0], ids=["stays-best", "falls-behind"])
+def test_the_last_batch_compiles_the_best_plan_whole_on_the_idle_worker(
+    whole_rate: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three phased candidates, two workers: the last batch holds one, and the other worker
+    # compiles the best plan so far whole. `confirm` takes that compile rather than making
+    # it again (and when it falls behind, confirms the next one itself): the plans of one
+    # process, one whole compile fewer made after the search.
+    shallow = {_candidate(1): 10.0, _candidate(2): 8.0, _candidate(3): 5.0}
+    whole = {_candidate(1): whole_rate, _candidate(2): 7.0, _candidate(3): 4.0}
+    bounded = [(100.0, c) for c in shallow]
+    monkeypatch.setattr(_Search, "bounded", lambda self, needs: list(bounded))
+    results = []
+    for width in (None, 2):
+        costing = _Layered(shallow, whole)
+        workers = None if width is None else _LayeredWorkers(width, costing)
+        state = _Search(costing, workers=workers, confirms=2)  # type: ignore[arg-type]
+        state.run_phased([])
+        made_by_search = len(costing.wholes)
+        state.confirm(2)
+        results.append((state, costing, len(costing.wholes) - made_by_search))
+    (alone, alone_costing, _), (two, two_costing, after) = results
+    assert [(p.candidate, p.samples_per_second) for p in rank(two.plans)] == [
+        (p.candidate, p.samples_per_second) for p in rank(alone.plans)
+    ]
+    assert two_costing.wholes[0] == _candidate(1)  # compiled beside candidate 3
+    assert after == (0 if whole_rate > 8.0 else 1)
+    assert len(alone_costing.wholes) == (1 if whole_rate > 8.0 else 2)
+
+
+def test_nothing_is_compiled_whole_ahead_when_nothing_is_confirmed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shallow = {_candidate(1): 10.0, _candidate(2): 8.0, _candidate(3): 5.0}
+    monkeypatch.setattr(_Search, "bounded", lambda self, needs: [(100.0, c) for c in shallow])
+    costing = _Layered(shallow, dict(shallow))
+    state = _Search(costing, workers=_LayeredWorkers(2, costing))  # type: ignore[arg-type]
+    state.run_phased([])
+    assert costing.wholes == [] and state.ahead == {}
