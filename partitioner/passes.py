@@ -55,7 +55,7 @@ from partitioner.cost.exchange import global_sync_cycles
 from partitioner.cost.links import LinkModel
 from partitioner.errors import OutOfMemoryError
 from partitioner.memory.check import check_memory
-from partitioner.memory.liveness import value_uses
+from partitioner.memory.liveness import Uses, value_uses
 from partitioner.memory.tiles import TileMemory, tile_memory
 from partitioner.mesh import Mesh
 from partitioner.phases.combine import combine_in_phases
@@ -240,13 +240,14 @@ def phased_memory(
     sharded: Sharded,
     target: Target,
     trips: Mapping[Value, int],
+    uses: Uses | None,
 ) -> tuple[TileMemory, frozenset]:
     """Tile memory; phased, with the activations that fit kept on chip across phases (each a
-    loop's trips make anew, `trips`, holding every trip's copy)."""
-    if plan is None:
+    loop's trips make anew, `trips`, holding every trip's copy); `uses` are the program's
+    `value_uses` in its phases."""
+    if plan is None or uses is None:
         return tile_memory(program, target), frozenset()
     ways = dict.fromkeys(sharded.shard_values, sharded.replicas)
-    uses = value_uses(program, plan.bounds)
     first = tile_memory(program, target, plan.bounds, ways=ways, uses=uses)
     kept = keep_on_chip(
         program,
@@ -286,16 +287,20 @@ def build(
     sharded = shard(program, plan, partitioned, mesh, axes, links)
     program = checked(sharded.program, "shard", mesh, options)
     trips = per_trip(program, plan.bounds, plan.loops) if plan is not None else {}
-    memory, kept = phased_memory(program, plan, sharded, target, trips)
+    uses = value_uses(program, plan.bounds) if plan is not None else None
+    memory, kept = phased_memory(program, plan, sharded, target, trips, uses)
     checked_memory(memory, "memory", options)
     if options.check_memory:
         check_fits(memory, program, local, target, plan is not None)
     streams: tuple[PhaseStream, ...] = ()
-    if plan is not None:
+    if plan is not None and uses is not None:
         if options.check_memory:
             needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept, trips)
             check_capacity(needed, mesh.target)
-        streams = phase_streams(program, memory.storages, plan.bounds, sharded, kept, links, trips)
+        reads = uses[1]
+        streams = phase_streams(
+            program, memory.storages, plan.bounds, sharded, kept, links, reads, trips
+        )
         program = _combined_in_phases(program, plan, links, mesh, options)
     host = step_transfers(io, program, mesh, target, plan is not None)
     cost = program_cost(program, plan, memory.phase_peaks, streams, target, host)

@@ -213,14 +213,16 @@ class _Search:
     def absorb(self, done: _Done) -> list[tuple[Candidate, InputBytes]]:
         """A worker's plans and skips as the search's own, in the order the jobs were given;
         the phased plans its candidate calls for."""
-        built = self.costing.built
-        self.plans += [
-            dataclasses.replace(p, build=functools.partial(built, p.candidate, None))
-            for p in done.plans
-        ]
+        self.plans += [self.buildable(p) for p in done.plans]
         self.skipped += done.skipped
         self.costing.compiles += done.compiles
         return list(done.phased)
+
+    def buildable(self, plan: Plan) -> Plan:
+        """A worker's plan (whose builder does not pickle) with the search's builder."""
+        return dataclasses.replace(
+            plan, build=functools.partial(self.costing.built, plan.candidate, None)
+        )
 
     def run_pipelined(self, candidate: Candidate) -> None:
         choose = self.costing.model.choose_microbatches
@@ -343,10 +345,7 @@ class _Search:
         if done is None:
             return self.attempt(candidate, whole=True)
         self.skipped += done.skipped  # its compiles were counted when it was made
-        if not done.plans:
-            return None
-        build = functools.partial(self.costing.built, candidate, None)
-        return dataclasses.replace(done.plans[0], build=build)
+        return self.buildable(done.plans[0]) if done.plans else None
 
 
 def _worker(

@@ -18,7 +18,7 @@ import numpy as np
 
 from lowering import ELEMENTWISE, FUSIONS, Op, Value, op_reads
 from partitioner.layout import Layout, tile_bytes
-from partitioner.program import LOOP_BEGIN, Program, Task
+from partitioner.program import Program, Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +327,7 @@ Loads = tuple[int, int]
 
 
 def sliced_reads(
-    program: Program, phases: PhaseBounds | None, reads: Mapping[Value, list[int]] | None = None
+    program: Program, phases: PhaseBounds | None, reads: Mapping[Value, list[int]]
 ) -> dict[Value, dict[int, Loads]]:
     """Per input, the tasks that read slices of it in the phases where nothing reads it
     whole, each with what it loads. A phased program keeps its inputs in streaming memory and
@@ -336,19 +336,18 @@ def sliced_reads(
     buffer (at an offset a tensor holds, for a dynamic slice); the input is not on chip. A
     slice loads once, or once per trip of the loop laid out inline that takes it; a loop kept
     whole that reads an input one dynamic slice per trip (`_sliced_per_trip`, a scan over
-    stacked layers) loads all of it, a slice a trip. `reads`: each value's readers
-    (`value_uses`), when the caller has them."""
+    stacked layers) loads all of it, a slice a trip. `reads`: each storage owner's readers
+    (`value_uses`: a view's and a loop's body's reads are their source's)."""
     if phases is None or not phases.slices:
         return {}
     tasks = program.tasks
     inputs = set(program.inputs)
-    readers = reads if reads is not None else _readers(tasks, inputs)
     later: set[Value] | None = None  # what is read after a loop, found when a loop is asked
     slicing: dict[tuple[Value, int], dict[int, Loads]] = {}
     whole: set[tuple[Value, int]] = set()
     for value in inputs:
         # The host's read of an output (past the last task) comes after every phase.
-        for index in (i for i in readers.get(value, ()) if i < len(tasks)):
+        for index in (i for i in reads.get(value, ()) if i < len(tasks)):
             key = (value, phases.phase_of(index))
             task = tasks[index]
             if later is None and task.op.name == "while":
@@ -377,33 +376,24 @@ def _slice_loads(task: Task, value: Value, on_device: bool, later: set[Value]) -
     positions = [p for p, v in enumerate(task.inputs) if v == value]
     if not positions or not all(_sliced_per_trip(op, p, later) for p in positions):
         return None  # read through a view, or whole
+    return per_trip_slices(op, positions)
+
+
+def per_trip_slices(op: Op, positions: Sequence[int]) -> Loads:
+    """A loop that reads its operands at `positions` (one tensor) a dynamic slice per trip:
+    the bytes of its largest slice, and how many such slices the tensor holds (1 when the
+    body slices none)."""
     body = op.regions[1]
     inner = {body.inputs[p] for p in positions}
-    pieces = [
-        o.results[0].nbytes
-        for o in body.ops
-        if o.name == "dynamic_slice" and o.operands[0] in inner
-    ]
+    pieces = [o.results[0].nbytes for o in body.ops if _slices(o, inner)]
+    if not pieces:
+        return 0, 1
     piece = max(pieces)
-    return piece, max(1, value.nbytes // max(1, piece))
+    return piece, max(1, op.operands[positions[0]].nbytes // max(1, piece))
 
 
-def _readers(tasks: Sequence[Task], values: set[Value]) -> dict[Value, list[int]]:
-    """The tasks that read each of `values`, in order, a loop laid out inline reading them as
-    its body's inputs (which its `loop_begin` task passes on in their storage)."""
-    passed: dict[Value, Value] = {}
-    found: dict[Value, list[int]] = {}
-    for index, task in enumerate(tasks):
-        if task.op.name == LOOP_BEGIN:
-            for value, inner in zip(task.inputs, task.op.results, strict=False):
-                source = passed.get(value, value)
-                if source in values:
-                    passed[inner] = source
-        for value in task.reads:
-            source = passed.get(value, value)
-            if source in values:
-                found.setdefault(source, []).append(index)
-    return found
+def _slices(op: Op, values: set[Value]) -> bool:
+    return op.name == "dynamic_slice" and op.operands[0] in values
 
 
 def streamed_inputs(program: Program) -> frozenset[Value]:

@@ -126,6 +126,13 @@ class _Moves:
     trip_loads: list[int]  # per phase: of `loads`, those a loop loads a slice a trip
     trips: list[int]  # per phase: the most trips of such a loop
 
+    @classmethod
+    def empty(cls, count: int) -> _Moves:
+        zeros = lambda: [0] * count  # noqa: E731
+        return cls(
+            zeros(), zeros(), zeros(), zeros(), [{} for _ in range(count)], zeros(), [1] * count
+        )
+
 
 def _moves(
     program: Program,
@@ -134,17 +141,10 @@ def _moves(
     sharded: Sharded,
     kept: frozenset[Value],
     trips: Mapping[Value, int],
+    reads: Mapping[Value, list[int]],
 ) -> _Moves:
     count = len(bounds.bounds)
-    moves = _Moves(
-        [0] * count,
-        [0] * count,
-        [0] * count,
-        [0] * count,
-        [{} for _ in range(count)],
-        [0] * count,
-        [1] * count,
-    )
+    moves = _Moves.empty(count)
     outputs, inputs = set(program.outputs), set(program.inputs)
     readers = _phase_readers(program, bounds)
     for s in storages:
@@ -167,7 +167,7 @@ def _moves(
         if s.value in outputs or (len(phases) > 1 and not is_input):
             moves.stores[phases[0]] += share * times
             moves.largest[phases[0]] = max(moves.largest[phases[0]], share)
-    _load_slices(moves, program, bounds, sharded)
+    _load_slices(moves, program, bounds, sharded, reads)
     return moves
 
 
@@ -176,11 +176,12 @@ def _load_slices(
     program: Program,
     bounds: PhaseBounds,
     sharded: Sharded,
+    reads: Mapping[Value, list[int]],
 ) -> None:
     """The slices a phase reads of an input it reads no other way (`sliced_reads`), each
     loaded alone, as the input's share of it (split as the input is stored, gathered as it
     would be): once, or once a trip (a loop's)."""
-    for value, tasks in sliced_reads(program, bounds).items():
+    for value, tasks in sliced_reads(program, bounds, reads).items():
         stored = sharded.stored_bytes(value)
         for index in sorted(tasks):
             piece, times = tasks[index]
@@ -221,12 +222,14 @@ def phase_streams(
     sharded: Sharded,
     kept: frozenset[Value],
     links: LinkModel | None,
+    reads: Mapping[Value, list[int]],
     trips: Mapping[Value, int] | None = None,
 ) -> tuple[PhaseStream, ...]:
     """Per phase: bytes loaded and stored, gathered over IPU-Links (one ring per group of
     axes, its cycles from the link model), and kept on chip; a value a loop makes anew each
-    trip (`trips`) is streamed once per trip."""
-    moves = _moves(program, storages, bounds, sharded, kept, trips or {})
+    trip (`trips`) is streamed once per trip. `reads`: each storage owner's readers, as the
+    storages were found (`value_uses`)."""
+    moves = _moves(program, storages, bounds, sharded, kept, trips or {}, reads)
     out = []
     for p in range(len(bounds.bounds)):
         sent, cycles = 0, 0

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from lowering import Op, Value
-from partitioner.memory.liveness import streamed_inputs
+from lowering import Value
+from partitioner.memory.liveness import per_trip_slices, streamed_inputs
 from partitioner.program import Program, Task
 
 
@@ -46,14 +46,7 @@ class StreamedLoop:
 
 def _slices(task: Task, value: Value) -> int:
     """How many slices `task`, a loop that reads `value` one dynamic slice per trip, reads."""
-    body = task.op.regions[1]
-    inner = body.inputs[task.inputs.index(value)]
-    sliced = [o.results[0].nbytes for o in body.ops if _slices_of(o, inner)]
-    return max(1, value.nbytes // max(sliced)) if sliced else 1
-
-
-def _slices_of(op: Op, value: Value) -> bool:
-    return op.name == "dynamic_slice" and op.operands[0] == value
+    return per_trip_slices(task.op, [task.inputs.index(value)])[1]
 
 
 def streamed_loops(program: Program, sent: Collection[Value]) -> tuple[StreamedLoop, ...]:
