@@ -18,6 +18,7 @@ from jax import lax
 # jax.lax has select_and_scatter only as the private primitive behind pooling gradients.
 from jax._src.lax.windowed_reductions import _select_and_scatter_add
 
+from lowering.batched_slices import dynamic_slice, dynamic_update_slice
 from lowering.conv_dots import convolution_eval_rule
 from lowering.dtypes import is_float
 from lowering.fusion import fusion_eval_rule
@@ -101,7 +102,7 @@ _LAX_ELEMENTWISE: dict[str, Callable[..., Array]] = {
     "complex": lax.complex,
     "select": lax.select,
     "clamp": lax.clamp,
-    "dynamic_update_slice": lambda x, update, *starts: lax.dynamic_update_slice(x, update, starts),
+    "dynamic_update_slice": lambda x, update, *starts: dynamic_update_slice(x, update, starts),
 }
 
 
@@ -192,7 +193,7 @@ def _slice_eval_rule(
 def _dynamic_slice_eval_rule(
     x: Array, *starts: Array, slice_sizes: tuple[int, ...]
 ) -> tuple[Array, ...]:
-    return (lax.dynamic_slice(x, starts, slice_sizes),)
+    return (dynamic_slice(x, starts, slice_sizes),)
 
 
 def _concatenate_eval_rule(*xs: Array, dimension: int) -> tuple[Array, ...]:

@@ -76,6 +76,19 @@ SHAPE_CASES = [
         np.int32(3),
         id="dynamic_slice-clamped",
     ),
+    # A start still negative after jax's own wrap (-7 + 4) reaches StableHLO, which clamps it to
+    # 0; counting it from the end once more, as jax.lax does, would start at 1.
+    case(
+        "dynamic_slice dynamic_update_slice",
+        lambda x, i, j: (
+            lax.dynamic_slice(x, (i, j), (2, 2)),
+            lax.dynamic_update_slice(x, x[:2, :2] * 10, (i, j)),
+        ),
+        X34,
+        np.int32(-9),
+        np.int32(-7),
+        id="dynamic_slice-below-range",
+    ),
     case(
         "dynamic_update_slice",
         lambda x, u, i, j: (
