@@ -1,4 +1,4 @@
-"""Dynamic slices that stay dynamic slices under `jax.vmap`.
+"""Dynamic slices that stay slices under `jax.vmap`.
 
 The tile runtime runs a mesh's per-IPU program vmapped over the mesh axes, and jax batches every
 `dynamic_slice` and `dynamic_update_slice` into a gather or a scatter, even when only the operand
@@ -10,10 +10,14 @@ primitives of their own here, lowered as jax's, whose batching rule keeps them s
 starts are unbatched: the same op over one more dimension, started at 0 along it. Starts that
 differ between copies (a shard's offset) take jax's own rule, the gather or the scatter.
 
-Both follow StableHLO, not `jax.lax`: a start is clamped into range, a negative one to 0. jax's
-`lax.dynamic_slice` counts a negative start from the end, as jnp indexing does, and its lowering
-has done so before the op reaches StableHLO; doing it again changes such a start, and costs three
-ops a start, which every level of vmap traced again.
+A shard's slice over one mesh axis (IPU i takes block i of a dimension) is the third: jax gathers
+on its start `axis_index * size`, where for a value the same on every IPU of the axis it is a
+reshape into the IPUs' blocks.
+
+The dynamic slices follow StableHLO, not `jax.lax`: a start is clamped into range, a negative one
+to 0. jax's `lax.dynamic_slice` counts a negative start from the end, as jnp indexing does, and
+its lowering has done so before the op reaches StableHLO; doing it again changes such a start,
+and costs three ops a start, which every level of vmap traced again.
 """
 
 from __future__ import annotations
@@ -99,3 +103,59 @@ def _update_batched(args: Sequence[Array], dims: Sequence[int | None]) -> tuple[
 
 batching.primitive_batchers[_slice_p] = _slice_batched
 batching.primitive_batchers[_update_p] = _update_batched
+
+
+# ---- a shard's slice: each IPU of a mesh axis its own block of a dimension -------------------
+
+
+def _lax_shard_slice(x: Array, *, axis: str, dimension: int, count: int) -> Array:
+    size = x.shape[dimension] // count
+    start = lax.mul(lax.axis_index(axis), np.int32(size))
+    return lax.dynamic_slice_in_dim(x, start, size, dimension)
+
+
+_shard_p = Primitive("ipujax_shard_slice")
+_shard_p.def_abstract_eval(
+    lambda x, *, axis, dimension, count: x.update(
+        shape=(*x.shape[:dimension], x.shape[dimension] // count, *x.shape[dimension + 1 :])
+    )
+)
+mlir.register_lowering(_shard_p, mlir.lower_fun(_lax_shard_slice, multiple_results=False))
+
+
+def shard_slice(x: Array, axis: str, dimension: int, count: int) -> Array:
+    """IPU i of mesh axis `axis` (of `count` IPUs) takes block i of `count` along `dimension`.
+    Under the runtime's vmap over `axis`, a value the same on every IPU is cut into its blocks
+    by a reshape, where the start `axis_index * size` made jax gather."""
+    return _shard_p.bind(x, axis=axis, dimension=dimension, count=count)
+
+
+def _shard_batched(
+    axis_data: Any,
+    args: Sequence[Array],
+    dims: Sequence[int | None],
+    *,
+    axis: str,
+    dimension: int,
+    count: int,
+) -> tuple[Array, int | None]:
+    (x,), (at,) = args, dims
+    if axis_data.name != axis:  # another mesh axis: each copy slices as it would alone
+        inner = dimension + (at is not None and at <= dimension)
+        return shard_slice(x, axis, inner, count), at
+    size = x.shape[dimension + (at is not None and at <= dimension)] // count
+    if at is None:  # the same on every IPU: its blocks, IPU first
+        shape = (*x.shape[:dimension], count, size, *x.shape[dimension + 1 :])
+        return lax.reshape(x, shape), dimension
+    # Each IPU its own value, and its own block of it: jax's gather of block i from copy i.
+    starts = lax.mul(lax.iota(np.int32, count), np.int32(size))
+    in_axes = (at, 0)
+
+    def block(x: Array, start: Array) -> Array:
+        return lax.dynamic_slice_in_dim(x, start, size, dimension, allow_negative_indices=False)
+
+    sliced = jax.vmap(block, in_axes)
+    return sliced(x, starts), 0
+
+
+batching.fancy_primitive_batchers[_shard_p] = _shard_batched

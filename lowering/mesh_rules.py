@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from jax import lax
 
+from lowering.batched_slices import shard_slice
 from lowering.manual import manual_eval_rule
 
 Array = Any
@@ -118,6 +119,8 @@ def _varying(x: Array, axes: tuple[str, ...]) -> Array:
 def _shard_slice_eval_rule(
     x: Array, *, axes: tuple[str, ...], group_size: int, dimension: int, **why: Any
 ) -> tuple[Array, ...]:
+    if len(axes) == 1:  # a reshape under the runtime's vmap, not a gather
+        return (shard_slice(x, axes[0], dimension, group_size),)
     size = x.shape[dimension] // group_size
     start = lax.mul(lax.axis_index(axes), np.int32(size))
     return (lax.dynamic_slice_in_dim(x, start, size, dimension),)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
-from lowering.batched_slices import dynamic_slice, dynamic_update_slice
+from lowering.batched_slices import dynamic_slice, dynamic_update_slice, shard_slice
 
 
 def _clamped(starts, shape, sizes):
@@ -147,3 +147,37 @@ def test_slices_agree_with_stablehlo_rule(shape, data):
         xa = xs[a, b] if (x_batched or not u_batched) else xs
         ua = us[a, b] if u_batched else us
         np.testing.assert_array_equal(got_update[a, b], _update_reference(xa, ua, starts))
+
+
+def _shard_reference(x, index: int, dimension: int, count: int):
+    size = x.shape[dimension] // count
+    return np.take(x, np.arange(index * size, (index + 1) * size), axis=dimension)
+
+
+@pytest.mark.parametrize("x_batched", [False, True])
+@pytest.mark.parametrize("dimension", [0, 1])
+@pytest.mark.parametrize("tp_inner", [True, False])
+def test_shard_slice_under_the_mesh_vmaps(x_batched, dimension, tp_inner):
+    """IPU (i, j) of a 2 x 4 mesh takes block j of 4 over axis "tp"; a value the same on every
+    IPU is cut by a reshape (no gather), one that differs per IPU by jax's gather. With "tp"
+    the outer vmap, the inner "dp" one passes the slice through."""
+    x = np.arange(8 * 12, dtype=np.float32).reshape(8, 12)
+    copies = 100 * np.arange(8, dtype=np.float32).reshape(2, 4, 1, 1)
+    xs = x[None, None] + copies if x_batched else x
+    in_axes = 0 if x_batched else None
+    per_ipu = lambda x: shard_slice(x, "tp", dimension, 4)  # noqa: E731
+    fed = xs
+    if tp_inner:
+        inner = jax.vmap(per_ipu, in_axes=in_axes, axis_name="tp", axis_size=4)
+        fn = jax.vmap(inner, in_axes=in_axes, axis_name="dp", axis_size=2)
+    else:  # the same mesh, "tp" vmapped outside "dp": copies in [tp, dp] order
+        inner = jax.vmap(per_ipu, in_axes=in_axes, axis_name="dp", axis_size=2)
+        swapped = jax.vmap(inner, in_axes=in_axes, axis_name="tp", axis_size=4)
+        fn = lambda x: jax.numpy.swapaxes(swapped(x), 0, 1)  # noqa: E731
+        fed = np.swapaxes(xs, 0, 1) if x_batched else xs
+    got = np.asarray(jax.jit(fn)(fed))
+    assert got.shape[:2] == (2, 4)
+    for i, j in itertools.product(range(2), range(4)):
+        xij = xs[i, j] if x_batched else xs
+        np.testing.assert_array_equal(got[i, j], _shard_reference(xij, j, dimension, 4))
+    assert ("stablehlo.gather" in _ops(fn, fed)) == x_batched
