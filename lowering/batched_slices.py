@@ -108,10 +108,16 @@ batching.primitive_batchers[_update_p] = _update_batched
 # ---- a shard's slice: each IPU of a mesh axis its own block of a dimension -------------------
 
 
-def _lax_shard_slice(x: Array, *, axis: str, dimension: int, count: int) -> Array:
+def shard_block(x: Array, axes: str | tuple[str, ...], dimension: int, count: int) -> Array:
+    """The block of `count` along `dimension` that the IPU's index over `axes` (major to
+    minor) names, by jax's own ops: under vmap, a gather (see `shard_slice`)."""
     size = x.shape[dimension] // count
-    start = lax.mul(lax.axis_index(axis), np.int32(size))
+    start = lax.mul(lax.axis_index(axes), np.int32(size))
     return lax.dynamic_slice_in_dim(x, start, size, dimension)
+
+
+def _lax_shard_slice(x: Array, *, axis: str, dimension: int, count: int) -> Array:
+    return shard_block(x, axis, dimension, count)
 
 
 _shard_p = Primitive("ipujax_shard_slice")

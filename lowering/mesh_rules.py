@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from jax import lax
 
-from lowering.batched_slices import shard_slice
+from lowering.batched_slices import shard_block, shard_slice
 from lowering.manual import manual_eval_rule
 
 Array = Any
@@ -121,9 +121,7 @@ def _shard_slice_eval_rule(
 ) -> tuple[Array, ...]:
     if len(axes) == 1:  # a reshape under the runtime's vmap, not a gather
         return (shard_slice(x, axes[0], dimension, group_size),)
-    size = x.shape[dimension] // group_size
-    start = lax.mul(lax.axis_index(axes), np.int32(size))
-    return (lax.dynamic_slice_in_dim(x, start, size, dimension),)
+    return (shard_block(x, axes, dimension, group_size),)
 
 
 def _shard_mask_eval_rule(

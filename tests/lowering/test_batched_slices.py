@@ -11,7 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
-from lowering.batched_slices import dynamic_slice, dynamic_update_slice, shard_slice
+from lowering.batched_slices import (
+    dynamic_slice,
+    dynamic_update_slice,
+    shard_block,
+    shard_slice,
+)
 
 
 def _clamped(starts, shape, sizes):
@@ -181,3 +186,13 @@ def test_shard_slice_under_the_mesh_vmaps(x_batched, dimension, tp_inner):
         xij = xs[i, j] if x_batched else xs
         np.testing.assert_array_equal(got[i, j], _shard_reference(xij, j, dimension, 4))
     assert ("stablehlo.gather" in _ops(fn, fed)) == x_batched
+
+
+def test_shard_block_over_two_axes_takes_the_ipus_block_in_mesh_order():
+    """Over ("dp", "tp"), IPU (i, j) of a 2 x 4 mesh takes block 4 i + j of 8."""
+    x = np.arange(16 * 3, dtype=np.float32).reshape(16, 3)
+    per_ipu = lambda x: shard_block(x, ("dp", "tp"), 0, 8)  # noqa: E731
+    inner = jax.vmap(per_ipu, in_axes=None, axis_name="tp", axis_size=4)
+    got = np.asarray(jax.jit(jax.vmap(inner, in_axes=None, axis_name="dp", axis_size=2))(x))
+    for i, j in itertools.product(range(2), range(4)):
+        np.testing.assert_array_equal(got[i, j], _shard_reference(x, 4 * i + j, 0, 8))
