@@ -7,6 +7,8 @@ evaluation, cost) must cover exactly this set; a test checks it. An op outside i
 
 from __future__ import annotations
 
+import functools
+
 # Elementwise ops of one operand whose result has the operand's type.
 UNARY = frozenset(
     {
@@ -116,21 +118,12 @@ TRANSCENDENTAL = frozenset(
 _DIALECTS = ("stablehlo.", "chlo.", "sdy.")
 
 
+@functools.cache
 def ir_name(mlir_name: str) -> str | None:
     """The vocabulary name of an MLIR op name, or None when the op is outside the vocabulary.
     Kept per name: the importer asks once per op (GPT-3: 100,000 times, of a few dozen)."""
-    try:
-        return _IR_NAMES[mlir_name]
-    except KeyError:
-        pass
-    found = None
     for prefix in _DIALECTS:
         if mlir_name.startswith(prefix):
             name = mlir_name[len(prefix) :]
-            found = name if name in VOCABULARY else None
-            break
-    _IR_NAMES[mlir_name] = found
-    return found
-
-
-_IR_NAMES: dict[str, str | None] = {}
+            return name if name in VOCABULARY else None
+    return None

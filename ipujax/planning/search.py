@@ -270,7 +270,7 @@ class _Search:
             if ahead is not None and done_jobs[-1] is not None:
                 self.ahead[ahead] = done_jobs[-1]
                 self.costing.compiles += done_jobs[-1].compiles
-            for (rate, candidate), done in zip(batch, done_jobs, strict=False):
+            for (rate, candidate), done in zip(batch, done_jobs[: len(batch)], strict=True):
                 if self.cost_bounded(rate, candidate):
                     self.costing.compiles += done.compiles if done is not None else 0
                 elif done is None:

@@ -410,7 +410,7 @@ def streamed_inputs(program: Program) -> frozenset[Value]:
         for position, value in enumerate(task.inputs):
             readers.setdefault(value, []).append((index, position))
     outputs = set(program.outputs)
-    read_later = set(readers) | outputs
+    read_later = _read_later(program)
     looped = {v for i in loops for v in program.tasks[i].inputs}
     return frozenset(
         value
