@@ -70,9 +70,27 @@ def _git(*args: str) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else "?"
 
 
+# A 1-minute load average above this at the start means other work shared the cores.
+QUIET_LOAD = 0.5
+
+
 def load_average() -> str:
     """Other work on the machine skews every timing; RESULTS.md records how much there was."""
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def busy_warning(load: float) -> list[str]:
+    """A warning for the top of the goals when the machine was busy as the run began (`load`,
+    the 1-minute load average): the ratios pair each side's runs in turn, but the seconds
+    measured alone (GPT-3's compile, the plan searches) read high, by up to twice on two
+    cores with a test suite beside them."""
+    if load <= QUIET_LOAD:
+        return []
+    return [
+        f"- WARNING: the machine was busy at the start (1-minute load {load:.2f} > "
+        f"{QUIET_LOAD}): the seconds measured alone (compiles, plans) read high; rerun with "
+        "nothing else running before reading them against their goals."
+    ]
 
 
 def machine() -> list[tuple[str, str]]:
@@ -99,8 +117,9 @@ def render(
     about: Sequence[tuple[str, str]],
     command: str,
     timings: dict[str, float],
+    warnings: Sequence[str] = (),
 ) -> str:
-    """RESULTS.md."""
+    """RESULTS.md; `warnings` head the goals (`busy_warning`)."""
     goals = [g for s in sections for g in s.goals]
     lines = [
         "# Benchmark results",
@@ -123,6 +142,7 @@ def render(
         "",
         "## Goals",
         "",
+        *warnings,
         *(f"- {goal(met)}: {what}" for what, met in goals),
     ]
     for section in sections:

@@ -79,6 +79,7 @@ from programs import gpt_step  # noqa: E402
 from results import (  # noqa: E402
     RESULTS,
     Section,
+    busy_warning,
     goal,
     load_average,
     machine,
@@ -179,17 +180,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else list(argv)
     command = " ".join(["python", "benchmarks/run.py", *given])
     about = machine()
+    warnings = busy_warning(os.getloadavg()[0])
+    print(*warnings, sep="\n")
     start = time.perf_counter()
     timings: dict[str, float] = {}
     sections = measure(QUICK if args.quick else FULL, args.only, args.repeats, timings)
     timings["total"] = time.perf_counter() - start
     about.insert(-1, ("load average (1, 5, 15 min) at the end", load_average()))
     print("\n## Goals\n")
+    print(*warnings, sep="\n")
     for what, met in (g for s in sections for g in s.goals):
         print(f"- {goal(met)}: {what}")
     print(f"\ntotal {timings['total']:.0f} s")
     if not args.no_write:
-        write_atomically(RESULTS, render(sections, about, command, timings))
+        write_atomically(RESULTS, render(sections, about, command, timings, warnings))
         log(f"wrote {RESULTS.relative_to(REPO)}")
         for path, text in (f for s in sections for f in s.files):
             write_atomically(path, text)

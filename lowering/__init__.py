@@ -33,7 +33,7 @@ from lowering.fusion import FUSION, fuse_elementwise, fusible, members, scalar_o
 from lowering.import_reuse import KeptImports, imports_reused
 from lowering.import_rules import IMPORT_RULES
 from lowering.importer import lower
-from lowering.ir import Graph, Op, Value, free_values, op_reads, producers, walk
+from lowering.ir import Graph, Op, Value, free_values, max_value_id, op_reads, producers, walk
 from lowering.locations import SourceLoc, raised_at
 from lowering.loops import counted_trips, loop_counter, renamed, unroll_limit, unroll_loops
 from lowering.mesh_rules import local_mesh_axes
@@ -101,6 +101,7 @@ __all__ = [
     "local_mesh_axes",
     "loop_counter",
     "lower",
+    "max_value_id",
     "members",
     "op_cost",
     "op_reads",

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from lowering.cast_copies import copy_casts
-from lowering.ir import Graph, Op, Value, op_reads, walk
+from lowering.ir import Graph, Op, Value, max_value_id, op_reads
 from lowering.siblings import FUSION, join_siblings, reduces_one
 from lowering.small_chains import SMALL, is_bitcast, join_small_chains
 from lowering.view_copies import copy_views
@@ -53,7 +53,7 @@ def fuse_elementwise(graph: Graph, by_source: bool = False) -> Graph:
     stages are cut between ops, by scope or by repeated structure, and a fusion across a cut
     would carry a block's last op into the next block's phase or stage; Poplar, whose phases
     and stages are programs of their own, never fuses across them)."""
-    ids = itertools.count(1 + max((v.id for v in _values(graph)), default=0))
+    ids = itertools.count(1 + max_value_id(graph))
     return _fused_graph(graph, ids, _source if by_source else _anywhere)
 
 
@@ -370,11 +370,3 @@ def _fusion(ops: list[Op], ids: itertools.count, extras: Sequence[Value] = ()) -
     )
     names = tuple(op.name for op in ops)
     return Op(FUSION, external, given, {"members": names}, (region,), root.loc)
-
-
-def _values(graph: Graph) -> Iterable[Value]:
-    yield from graph.inputs
-    for op in walk(graph):
-        yield from op.results
-        for region in op.regions:
-            yield from region.inputs

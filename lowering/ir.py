@@ -104,6 +104,17 @@ def walk(graph: Graph) -> Iterator[Op]:
             yield from walk(region)
 
 
+def max_value_id(graph: Graph) -> int:
+    """The largest id of a value the graph defines, in its regions too (0 for none): a pass
+    that makes values numbers them after it."""
+    ids = [v.id for v in graph.inputs]
+    for op in walk(graph):
+        ids += [v.id for v in op.results]
+        for region in op.regions:
+            ids += [v.id for v in region.inputs]
+    return max(ids, default=0)
+
+
 def producers(graph: Graph) -> dict[Value, Op]:
     """The op that makes each value a graph's ops define (not nested ones)."""
     return {result: op for op in graph.ops for result in op.results}

@@ -29,7 +29,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from lowering import Graph, Op, Value, producers, walk
+from lowering import Graph, Op, Value, max_value_id, producers
 from partitioner.sharding.builder import Builder
 from partitioner.sharding.conv_factors import FEATURES, uneven_groups
 from partitioner.sharding.factor_rules import Dims, Factors, lookup_dim, project, reduction_kind
@@ -42,15 +42,6 @@ from partitioner.sharding.pending import pending_axes
 from partitioner.sharding.propagation import Propagated
 from partitioner.sharding.specs import Axes, Sharding
 from partitioner.sharding.windowed import windowed_gathers
-
-
-def _max_id(graph: Graph) -> int:
-    ids = [v.id for v in graph.inputs]
-    for op in walk(graph):
-        ids += [v.id for v in op.results]
-        for region in op.regions:
-            ids += [v.id for v in region.inputs]
-    return max(ids, default=0)
 
 
 def _uses(graph: Graph) -> Counter[Value]:
@@ -87,7 +78,9 @@ class _Partitioner:
         self.graph = graph
         self.prop = prop
         self.mesh = mesh
-        self.b: Builder = Builder(mesh, _max_id(graph) + 1) if outer is None else outer.b.fork()
+        self.b: Builder = (
+            Builder(mesh, max_value_id(graph) + 1) if outer is None else outer.b.fork()
+        )
         self.local: dict[Value, tuple[Value, Sharding]] = {} if outer is None else dict(outer.local)
         self.producers: dict[Value, Op] = producers(graph) | (
             outer.producers if outer is not None else {}

@@ -104,6 +104,15 @@ def test_results_render_and_write(sections: dict[str, Section], tmp_path: Path) 
     assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]  # no temporary left
 
 
+def test_a_busy_machine_is_said_at_the_top_of_the_goals(sections: dict[str, Section]) -> None:
+    assert results.busy_warning(results.QUIET_LOAD) == []
+    (warning,) = results.busy_warning(1.5)
+    assert "1-minute load 1.50" in warning
+    text = results.render([sections["run"]], [], "python x", {"total": 1.0}, [warning])
+    goals = text.split("## Goals\n\n", 1)[1]
+    assert goals.startswith(warning + "\n- ")
+
+
 def test_unknown_sections_are_refused() -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(["--only", "run,speed"])
