@@ -181,14 +181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join(["python", "benchmarks/run.py", *given])
     about = machine()
     warnings = busy_warning(os.getloadavg()[0])
-    print(*warnings, sep="\n")
+    for line in warnings:
+        print(line)
     start = time.perf_counter()
     timings: dict[str, float] = {}
     sections = measure(QUICK if args.quick else FULL, args.only, args.repeats, timings)
     timings["total"] = time.perf_counter() - start
     about.insert(-1, ("load average (1, 5, 15 min) at the end", load_average()))
     print("\n## Goals\n")
-    print(*warnings, sep="\n")
+    for line in warnings:
+        print(line)
     for what, met in (g for s in sections for g in s.goals):
         print(f"- {goal(met)}: {what}")
     print(f"\ntotal {timings['total']:.0f} s")

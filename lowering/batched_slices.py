@@ -146,10 +146,10 @@ def _shard_batched(
     count: int,
 ) -> tuple[Array, int | None]:
     (x,), (at,) = args, dims
+    inner = dimension + (at is not None and at <= dimension)  # the dimension in batched x
     if axis_data.name != axis:  # another mesh axis: each copy slices as it would alone
-        inner = dimension + (at is not None and at <= dimension)
         return shard_slice(x, axis, inner, count), at
-    size = x.shape[dimension + (at is not None and at <= dimension)] // count
+    size = x.shape[inner] // count
     if at is None:  # the same on every IPU: its blocks, IPU first
         shape = (*x.shape[:dimension], count, size, *x.shape[dimension + 1 :])
         return lax.reshape(x, shape), dimension

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lowering.ir import Graph, Op, Value, producers, walk
+from lowering.ir import Graph, Op, Value, max_value_id, producers, walk
 
 MAX_TRIPS = 128  # longer loops stay loops (a scan over GPT-3's 96 layers unrolls)
 MAX_OPS = 50_000  # nor is a loop unrolled into more ops than this
@@ -91,7 +91,7 @@ def unroll_limit(op: Op, made: Mapping[Value, Op]) -> str | None:
 def unroll_loops(graph: Graph) -> Graph:
     """The graph with its counted top-level loops unrolled (within `MAX_TRIPS` and `MAX_OPS`)."""
     made = producers(graph)
-    ids = itertools.count(1 + max((v.id for v in _all_values(graph)), default=0))
+    ids = itertools.count(1 + max_value_id(graph))
     unrolled: dict[Value, Value] = {}  # a loop's result -> its last copy's
     ops: list[Op] = []
     changed = False
@@ -109,15 +109,6 @@ def unroll_loops(graph: Graph) -> Graph:
         return graph
     outputs = tuple(unrolled.get(v, v) for v in graph.outputs)
     return dataclasses.replace(graph, ops=tuple(ops), outputs=outputs)
-
-
-def _all_values(graph: Graph) -> list[Value]:
-    values = list(graph.inputs)
-    for op in walk(graph):
-        values += op.results
-        for region in op.regions:
-            values += region.inputs
-    return values
 
 
 def _unrolled(op: Op, trips: int, ids: itertools.count) -> tuple[list[Op], tuple[Value, ...]]:
