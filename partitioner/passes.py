@@ -55,7 +55,7 @@ from partitioner.cost.exchange import global_sync_cycles
 from partitioner.cost.links import LinkModel
 from partitioner.errors import OutOfMemoryError
 from partitioner.memory.check import check_memory
-from partitioner.memory.liveness import Uses, value_uses
+from partitioner.memory.liveness import Uses
 from partitioner.memory.tiles import TileMemory, tile_memory
 from partitioner.mesh import Mesh
 from partitioner.phases.combine import combine_in_phases
@@ -282,12 +282,12 @@ def build(
     io = host_io(local, options.resident_inputs, graph)
     program = dataclasses.replace(program, on_device=frozenset(local.inputs) - set(io.inputs or ()))
     axes = replica_axes_of(partitioned, mesh, options.replica_axes)
-    program, plan = split_phases(program, options.phases, target)
+    # The split's value uses hold after sharding, which re-costs supersteps only.
+    program, plan, uses = split_phases(program, options.phases, target)
     program = checked(program, "split phases", mesh, options)
     sharded = shard(program, plan, partitioned, mesh, axes, links)
     program = checked(sharded.program, "shard", mesh, options)
     trips = per_trip(program, plan.bounds, plan.loops) if plan is not None else {}
-    uses = value_uses(program, plan.bounds) if plan is not None else None
     memory, kept = phased_memory(program, plan, sharded, target, trips, uses)
     checked_memory(memory, "memory", options)
     if options.check_memory:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from partitioner.errors import ConfigError
-from partitioner.memory.liveness import PhaseBounds, storages, value_uses
-from partitioner.memory.tiles import tile_memory
+from partitioner.memory.liveness import PhaseBounds, Uses, storages, value_uses
+from partitioner.memory.tiles import TileMemory, tile_memory
 from partitioner.phases.cuts import broadcast_views, cut_phases, touched_bytes
 from partitioner.phases.loops import fissionable, inline_loops, located
 from partitioner.phases.plan import PhasePlan, Phases
@@ -34,9 +35,27 @@ from partitioner.tiles.rules.matmul import shrunk_by
 AUTO_SHARE = 0.25  # of an IPU's memory: the bytes a phase touches, when cutting without scopes
 
 
+@dataclass(frozen=True, eq=False)
+class Fitted:
+    """A program fitted in phases: its tasks, its plan, each value's uses in the plan's phases
+    (`value_uses`) and its tile memory there. Passes after the split that keep every task's op
+    and inputs (replicated tensor sharding re-costs supersteps only) take `uses` as they are
+    rather than walk GPT-3's 80,000 tasks again."""
+
+    program: Program
+    plan: PhasePlan
+    uses: Uses
+    memory: TileMemory
+
+
 def split_auto(program: Program, target: Target) -> tuple[Program, PhasePlan]:
     """The program's named scopes as blocks, a phase per block and direction; phases that do
     not fit the tile memory, or a program without scopes, cut where the fewest bytes cross."""
+    fitted = _auto_fitted(program, target)
+    return fitted.program, fitted.plan
+
+
+def _auto_fitted(program: Program, target: Target) -> Fitted:
     by_scopes = split_by_scope_blocks(program)
     if by_scopes is not None:
         program, plan = by_scopes
@@ -47,9 +66,7 @@ def split_auto(program: Program, target: Target) -> tuple[Program, PhasePlan]:
     return _fitted(program, plan, target)
 
 
-def _fitted(
-    program: Program, plan: PhasePlan, target: Target, rounds: int = 10
-) -> tuple[Program, PhasePlan]:
+def _fitted(program: Program, plan: PhasePlan, target: Target, rounds: int = 10) -> Fitted:
     """Phases whose fullest tile is over budget fitted as a PopLibs user would: first their
     matmuls re-planned with less temporary memory (K in more serial chunks, as a lower
     `availableMemoryProportion` makes PopLibs plan), then, if still over, cut in two where the
@@ -61,8 +78,8 @@ def _fitted(
     # storages hold until phases are cut.
     uses = value_uses(program, plan.bounds)
     stored = storages(program, plan.bounds, uses=uses)
+    memory = tile_memory(program, target, plan.bounds, uses=uses, stored=stored)
     for _ in range(rounds):
-        memory = tile_memory(program, target, plan.bounds, uses=uses, stored=stored)
         peaks = memory.phase_peaks
         over = {
             p: peak - target.bytes_per_tile
@@ -76,19 +93,20 @@ def _fitted(
             assert memory.task_peaks is not None  # phased: each task's fullest tile
             program = _less_memory(program, plan, fresh, memory.task_peaks, target)
             shrunk.update(fresh)
-            continue
-        budgets = {
-            p: touched_bytes(program.tasks[a:b], views) / 2
-            for p, (a, b) in enumerate(plan.bounds.bounds)
-            if p in over and b - a > 1
-        }
-        if not budgets:
-            break
-        plan = cut_phases(program, plan, budgets, target)
-        uses = value_uses(program, plan.bounds)
-        stored = storages(program, plan.bounds, uses=uses)
-        shrunk = {}
-    return program, plan
+        else:
+            budgets = {
+                p: touched_bytes(program.tasks[a:b], views) / 2
+                for p, (a, b) in enumerate(plan.bounds.bounds)
+                if p in over and b - a > 1
+            }
+            if not budgets:
+                break
+            plan = cut_phases(program, plan, budgets, target)
+            uses = value_uses(program, plan.bounds)
+            stored = storages(program, plan.bounds, uses=uses)
+            shrunk = {}
+        memory = tile_memory(program, target, plan.bounds, uses=uses, stored=stored)
+    return Fitted(program, plan, uses, memory)
 
 
 def _less_memory(
@@ -113,24 +131,26 @@ def _less_memory(
 
 def split_phases(
     program: Program, phases: Phases, target: Target
-) -> tuple[Program, PhasePlan | None]:
+) -> tuple[Program, PhasePlan | None, Uses | None]:
     """The `phases=` option: None keeps one program on chip, "auto" finds blocks and cuts, a
     tuple of `jax.named_scope` names cuts by scope. Counted loops are laid out inline and run
-    phase-major (`loops`); a loop whose body the phases cannot run so stays one task."""
+    phase-major (`loops`); a loop whose body the phases cannot run so stays one task. With the
+    program and its plan, each value's uses in the plan's phases (`Fitted.uses`)."""
     if phases is None:
-        return program, None
+        return program, None, None
     _check_phases(phases)
     whole: set = set()
     while True:
         inlined, spans = inline_loops(program, skip=whole)
-        split, plan = _split_one(inlined, phases, target)
+        fitted = _split_one(inlined, phases, target)
+        split, plan = fitted.program, fitted.plan
         found = located(split, spans)
         if found is None:  # a body's task left its loop: lay out none of them
             whole.update(s.task.op for s in spans)
             continue
         broken = [s for s in found if not fissionable(split, s, plan.bounds)]
         if not broken:
-            return split, dataclasses.replace(plan, loops=found)
+            return split, dataclasses.replace(plan, loops=found), fitted.uses
         whole.update(s.task.op for s in broken)
 
 
@@ -144,9 +164,9 @@ def _check_phases(phases: Phases) -> None:
     )
 
 
-def _split_one(program: Program, phases: Phases, target: Target) -> tuple[Program, PhasePlan]:
+def _split_one(program: Program, phases: Phases, target: Target) -> Fitted:
     if phases == "auto" or not isinstance(phases, tuple | list):
-        return split_auto(program, target)
+        return _auto_fitted(program, target)
     try:
         program, plan = split_by_names(program, phases)
     except ValueError as error:
@@ -172,9 +192,9 @@ def compute_target(target: Target, phases: Phases) -> Target:
 
 def phased_hint(program: Program, target: Target) -> str:
     """Whether an unphased program that does not fit would fit in phases, with the figure."""
-    program, plan = split_auto(program, target)
-    phased = tile_memory(program, target, plan.bounds)
-    fullest = int(phased.total.max())
+    fitted = _auto_fitted(program, target)
+    plan = fitted.plan
+    fullest = int(fitted.memory.total.max())
     if fullest <= target.bytes_per_tile:
         return (
             f"It would fit in phases: with phases='auto' ({len(plan.names)} phases, weights in "

@@ -192,8 +192,8 @@ def test_build_runs_it_after_its_passes(monkeypatch) -> None:
     real = passes.split_phases
 
     def corrupting(program, phases, target):
-        program, plan = real(program, phases, target)
-        return _with_step(program, _computing(program), compute_cycles=-5), plan
+        program, plan, uses = real(program, phases, target)
+        return _with_step(program, _computing(program), compute_cycles=-5), plan, uses
 
     monkeypatch.setattr(passes, "split_phases", corrupting)
     with pytest.raises(VerifyError, match=r"^split phases: task"):
