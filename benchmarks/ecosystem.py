@@ -1,8 +1,8 @@
-"""The ecosystem section: the first call of models written with flax and equinox (the models of
-tests/ecosystem, imported from there, so the benchmark times the programs the tests check)
-through `ipujax.jit` against `jax.jit`'s, on the run section's meshes (ipujax issue 39: at most
-1.25x). Each compile is of a fresh step function, so no trace or executable carries over; the
-two sides alternate, and the median of `Setup.compiles` compiles is taken."""
+"""The ecosystem section: the first call of models written with flax, equinox and haiku (the
+models of tests/ecosystem, imported from there, so the benchmark times the programs the tests
+check) through `ipujax.jit` against `jax.jit`'s, on the run section's meshes (ipujax issue 39:
+at most 1.25x). Each compile is of a fresh step function, so no trace or executable carries
+over; the two sides alternate, and the median of `Setup.compiles` compiles is taken."""
 
 from __future__ import annotations
 
@@ -91,6 +91,16 @@ def equinox_mlp() -> EcosystemProgram:
     return EcosystemProgram("equinox MLP", m._train_step(static), args, ("hidden",), (3, 4))
 
 
+def haiku_mlp() -> EcosystemProgram:
+    """dm-haiku's MLP with BatchNorm, whose moving averages are its state, and dropout
+    (`hk.transform_with_state`, test_haiku.py) with Adam."""
+    m = _test_module("test_haiku")
+    x, y = m._batch()
+    params, state = m.WITH_STATE.init(jax.random.key(0), x, is_training=True)
+    args = (params, state, m.TX.init(params), jax.random.key(1), x, y)
+    return EcosystemProgram("haiku MLP with BatchNorm", m._stateful_step, args, ("hidden",), (4, 5))
+
+
 def measure(setup: Setup, program: EcosystemProgram, spec: MeshSpec) -> MeshRun:
     mesh = ipujax.make_mesh(spec.shape, spec.names, target=bow(setup.tiles))
     run = MeshRun(spec)
@@ -122,7 +132,7 @@ def _row(program: EcosystemProgram, run: MeshRun) -> tuple[str, ...]:
 def ecosystem_section(setup: Setup) -> Section:
     measured = [
         (program, measure(setup, program, spec))
-        for program in (flax_block(), equinox_mlp())
+        for program in (flax_block(), equinox_mlp(), haiku_mlp())
         for spec in setup.meshes
     ]
     meaning = (

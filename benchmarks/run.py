@@ -10,7 +10,7 @@ sections, any subset of which `--only` picks:
   difference between their outputs.
 * compile: ipujax's lower + compile + first call (the runtime's XLA compile happens then) minus
   one warm call, against `jax.jit(step).lower(*args).compile()`.
-* ecosystem: the first call of the flax and equinox models of tests/ecosystem through
+* ecosystem: the first call of the flax, equinox and haiku models of tests/ecosystem through
   `ipujax.jit` against `jax.jit`'s, on the run section's meshes.
 * spmd: XLA's SPMD partitioner on the same step and PartitionSpecs, over 4 and 64 forced host
   devices in a child process each: its warm call and its collective bytes per device, beside
