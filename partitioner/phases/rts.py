@@ -104,8 +104,8 @@ def shard_phases(
         return Sharded(program, dict(sizes), axes, narrower=narrower)
     reps = frozenset(replica_axes)
     gradients = _gradient_reductions(program, reps, replicas)
-    on_shards, sinks = _shard_tasks(program, varying, reps, gradients, replicas)
     readers = _readers(program)
+    on_shards, sinks = _shard_tasks(program, varying, reps, gradients, replicas, readers)
     converted = {
         t
         for t in gradients
@@ -212,14 +212,15 @@ def _shard_tasks(
     reps: frozenset[str],
     gradients: set[Task],
     replicas: int,
+    readers: Mapping[Value, list[Task]],
 ) -> tuple[set[Task], set[Task]]:
     """Tasks that can run on shards: elementwise work on gradients, on arguments replicated
     over the replica axes and on what they make, when every reader can too (or the value is
     an output, stored as shards); and reductions of such values to scalars (sinks), whose
-    partial sums a small AllReduce finishes. Decided readers first, in reverse program order."""
+    partial sums a small AllReduce finishes. Decided readers first, in reverse program order;
+    `readers` are each value's reading tasks (`_readers`)."""
     outputs = set(program.outputs)
     candidate = _candidates(program, varying, reps, gradients, replicas)
-    readers = _readers(program)
     on_shards: set[Task] = set()
     sinks = {t for t in candidate if _is_sink(t, replicas)}
     for task in reversed(program.tasks):
