@@ -89,7 +89,7 @@ from partitioner.step.host import host_io, step_transfers
 from partitioner.step.summary import StepCost, program_cost
 from partitioner.target import Target
 from partitioner.tiles.schedule import schedule
-from partitioner.verify import verify_memory, verify_program
+from partitioner.verify import verify_memory, verify_program, verify_uses
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +287,8 @@ def build(
     program = checked(program, "split phases", mesh, options)
     sharded = shard(program, plan, partitioned, mesh, axes, links)
     program = checked(sharded.program, "shard", mesh, options)
+    if options.verify and plan is not None and uses is not None:
+        verify_uses(uses, program, plan.bounds, "shard")
     trips = per_trip(program, plan.bounds, plan.loops) if plan is not None else {}
     memory, kept = phased_memory(program, plan, sharded, target, trips, uses)
     checked_memory(memory, "memory", options)

@@ -9,7 +9,9 @@
 - every superstep runs on tiles that exist, with no negative cycles, bytes or FLOPs;
 - every collective superstep carries its record, over axes of the mesh, with the group size
   the mesh gives those axes, synced over exactly that group;
-- tile memory is never negative, and its categories add up to its total.
+- tile memory is never negative, and its categories add up to its total;
+- the value uses a pass hands on to a later one (the phase split's, to the memory sweep) are
+  the program's own.
 
 `passes.build` runs these after each pass when `Options.verify` is set (`ipujax.jit(verify=True)`
 or IPUJAX_VERIFY=1, which the tests set); a broken invariant is a `VerifyError` naming the pass,
@@ -24,6 +26,7 @@ import numpy as np
 
 from lowering import Value, VerifyError
 from partitioner.layout import Layout
+from partitioner.memory.liveness import PhaseBounds, Uses, value_uses
 from partitioner.memory.tiles import TileMemory
 from partitioner.program import Program, Superstep, Task
 
@@ -168,3 +171,12 @@ def verify_memory(memory: TileMemory, after: str) -> None:
             f"{after}: tile {tile}'s categories add up to {int(total[tile])} B, "
             f"its total is {int(memory.total[tile])} B"
         )
+
+
+def verify_uses(uses: Uses, program: Program, phases: PhaseBounds, after: str) -> None:
+    """Raises `VerifyError` when `uses`, handed on from an earlier pass, are not `program`'s
+    own value uses in `phases` (a pass between them changed what a task reads)."""
+    fresh = value_uses(program, phases)
+    for name, have, want in zip(("makers", "readers", "constants"), uses, fresh, strict=True):
+        if have != want:
+            raise VerifyError(f"{after}: the value uses handed on differ in their {name}")

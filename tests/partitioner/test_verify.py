@@ -199,3 +199,27 @@ def test_build_runs_it_after_its_passes(monkeypatch) -> None:
     with pytest.raises(VerifyError, match=r"^split phases: task"):
         _built(partitioner.Options(verify=True))
     _built(partitioner.Options(verify=False))  # not asked: not checked
+
+
+def test_value_uses_handed_on_are_checked_against_the_program(monkeypatch) -> None:
+    """The phase split hands its value uses on to the memory sweep after sharding; with
+    `verify`, uses that are not the program's own (a reader dropped) are caught at the pass
+    that would read them."""
+    import partitioner.passes as passes
+
+    real = passes.split_phases
+
+    def dropping(program, phases, target):
+        program, plan, uses = real(program, phases, target)
+        made, reads, constants = uses
+        reads = dict(reads)
+        reads.pop(next(iter(reads)))
+        return program, plan, (made, reads, constants)
+
+    phased = partitioner.Options(verify=True, phases="auto", check_memory=False)
+    _built(phased)  # the split's own uses pass
+    monkeypatch.setattr(passes, "split_phases", dropping)
+    with pytest.raises(
+        VerifyError, match=r"^shard: the value uses handed on differ in their readers"
+    ):
+        _built(phased)
