@@ -17,15 +17,11 @@ from partitioner.program import Program
 from partitioner.target import Target
 
 
-def _describe(
-    value: Value, graph: Graph, producers: dict[Value, Op], inputs: dict[Value, int]
-) -> str:
+def _describe(value: Value, producers: dict[Value, Op], arguments: dict[Value, str]) -> str:
     producer = producers.get(value)
     if producer is not None:
         return f"{producer.name} {value.type_str} at {producer.loc}"
-    index = inputs[value]
-    name = graph.input_names[index] if graph.input_names else "input"
-    return f"argument {name} {value.type_str}"
+    return f"argument {arguments[value]} {value.type_str}"
 
 
 def producers_of(program: Program, graph: Graph) -> dict[Value, Op]:
@@ -57,10 +53,11 @@ def largest_on_tile(
     )
     # Described only down to the count-th size (ties kept): a large program has thousands.
     cutoff = sizes[count - 1][0] if len(sizes) >= count > 0 else 0
-    # Inputs by position, found once: GPT-3's 96 layers tie thousands of weights at the cutoff,
-    # and a list's index per weight took 0.7 s of its report.
-    inputs = {v: i for i, v in enumerate(graph.inputs)}
-    here = [(size, _describe(v, graph, producers, inputs)) for size, v in sizes if size >= cutoff]
+    # The arguments' names by value, found once: GPT-3's 96 layers tie thousands of weights at
+    # the cutoff, and a list's index per weight took 0.7 s of its report.
+    names = graph.input_names or ("input",) * len(graph.inputs)
+    arguments = dict(zip(graph.inputs, names, strict=False))
+    here = [(size, _describe(v, producers, arguments)) for size, v in sizes if size >= cutoff]
     task = program.tasks[at] if program.tasks else None
     if task is not None:
         for temp in task.temporaries:
