@@ -55,7 +55,7 @@ from partitioner.cost.exchange import global_sync_cycles
 from partitioner.cost.links import LinkModel
 from partitioner.errors import OutOfMemoryError
 from partitioner.memory.check import check_memory
-from partitioner.memory.liveness import Uses
+from partitioner.memory.liveness import Uses, with_kept
 from partitioner.memory.tiles import TileMemory, tile_memory
 from partitioner.mesh import Mesh
 from partitioner.phases.combine import combine_in_phases
@@ -259,7 +259,8 @@ def phased_memory(
     )
     if not kept:
         return first, kept
-    return tile_memory(program, target, plan.bounds, kept, ways, uses), kept
+    stored = with_kept(first.storages, kept, plan.bounds, uses)
+    return tile_memory(program, target, plan.bounds, kept, ways, uses, stored), kept
 
 
 def build(

@@ -322,6 +322,25 @@ def storages(
     return tuple(found)
 
 
+def with_kept(
+    found: Sequence[Storage],
+    kept: frozenset[Value],
+    phases: PhaseBounds,
+    uses: Uses,
+) -> tuple[Storage, ...]:
+    """`storages(program, phases, kept, ways, uses)` from `found`, what the same call made
+    without `kept`: only the kept activations' spans differ (on chip from the task that makes
+    each to its last reader), so a re-sweep after choosing them pays for those alone."""
+    made, reads, _ = uses
+    out = list(found)
+    for i, storage in enumerate(out):
+        value = storage.value
+        if value in kept and value in made:
+            spans = _spans(made[value], reads.get(value, []), None)
+            out[i] = Storage(value, storage.layout, spans, storage.always_live, storage.ways)
+    return tuple(out)
+
+
 # What a task loads of an input it only slices: (bytes of one load, how many loads).
 Loads = tuple[int, int]
 

@@ -177,6 +177,10 @@ class _State:
     touching: dict[int, list[Op]] = field(default_factory=dict)
     stale: set[Op] = field(default_factory=set)
     decided: dict[Op, tuple[Axes, ...]] = field(default_factory=dict)  # at the last visit
+    # A visit's decision and its number of candidates, by what it read (`_seen`): an op of
+    # one layer decides as the same op of every other layer did. Factors are keyed by id:
+    # `factors` holds them all while propagation runs.
+    decisions: dict[tuple, tuple[tuple[Axes, ...], int]] = field(default_factory=dict)
 
     @classmethod
     def start(
@@ -199,25 +203,35 @@ class _State:
 
 def _sweep(ops: list[Op], state: _State) -> bool:
     changed = False
-    known, fixed, stale = state.known, state.fixed, state.stale
+    known, fixed, stale, decisions = state.known, state.fixed, state.stale, state.decisions
     for op in ops:
         if op not in stale:
             continue
         stale.discard(op)
         factors = state.factors[op]
-        candidates = _candidates(op, factors, known, fixed)
-        axes = _decide(op, factors, known, candidates)
+        key = (id(factors), *[_seen(v, known, fixed) for v in (*op.operands, *op.results)])
+        seen = decisions.get(key)
+        if seen is None:
+            candidates = _candidates(op, factors, known, fixed)
+            seen = decisions[key] = (_decide(op, factors, known, candidates), len(candidates))
+        axes, count = seen
         state.decided[op] = axes
         if not any(axes):
             continue  # no factor split: nothing to propose
         adopted, refined = _propose(op, factors, axes, state)
         changed |= adopted or refined
-        if len(candidates) == 1 and not refined:
+        if count == 1 and not refined:
             # One candidate decided the op, and the tensors it changed had no sharding: they
             # took its axes as they are, so a visit again would find candidates only for the
             # same factor with the same axes, and decide the same: not stale on their account.
             stale.discard(op)
     return changed
+
+
+def _seen(value: Value, known: Mapping[Value, Sharding], fixed: set[Value]) -> tuple:
+    """What a visit reads of one of the op's tensors (`_candidates`, `_moved_bytes`)."""
+    sharding = known.get(value)
+    return (None if sharding is None else sharding.dims, value in fixed, value.shape, value.dtype)
 
 
 def _propose(op: Op, factors: Factors, axes: tuple[Axes, ...], state: _State) -> tuple[bool, bool]:

@@ -1,6 +1,7 @@
 """The compile's shortcuts give what the long way gives (issue 39: GPT-3 costed in seconds):
 scope blocks found and split in one pass, tile memory from storages the caller already has, the
-sweep's peak tasks against a task-by-task count, and sweeps in 32 bits against 64."""
+storages with activations kept on chip from those without, the sweep's peak tasks against a
+task-by-task count, and sweeps in 32 bits against 64."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ipujax
-from partitioner.memory.liveness import storages, value_uses
+from partitioner.memory.liveness import storages, value_uses, with_kept
 from partitioner.memory.tiles import _live_by_task, _Sweep, tile_memory
 from partitioner.phases.scopes import scope_blocks, split_by_names, split_by_scope_blocks
 from partitioner.phases.split import split_auto
@@ -54,6 +55,19 @@ def test_tile_memory_from_given_storages_is_the_same() -> None:
     for a, b in ((given.always_live, fresh.always_live), (given.peak_task, fresh.peak_task)):
         assert np.array_equal(a, b)
     assert np.array_equal(given.not_always_live, fresh.not_always_live)
+
+
+def test_storages_with_activations_kept_from_those_without_are_the_same() -> None:
+    compiled = _compiled(_blocks, None)
+    program, plan = split_auto(compiled.program, compiled.built.target)
+    uses = value_uses(program, plan.bounds)
+    without = storages(program, plan.bounds, uses=uses)
+    crossing = frozenset(s.value for s in without if len(s.spans) > 1)
+    assert crossing  # activations read by a later phase: the case kept ones change
+    for kept in (crossing, frozenset(list(crossing)[:1])):
+        assert with_kept(without, kept, plan.bounds, uses) == storages(
+            program, plan.bounds, kept, uses=uses
+        )
 
 
 def test_peak_tasks_are_the_first_tasks_of_each_tiles_highest() -> None:
