@@ -103,14 +103,16 @@ class _Importer:
         name = op_name(mlir_op, mlir_name)
         if name is None:
             raise UnsupportedOpError(_mlir_name(mlir_op), loc, _custom_call_target(mlir_op))
-        operands = tuple(env[v] for v in mlir_op.operands)
-        regions = tuple(self._region(r, env, loc) for r in mlir_op.regions)
+        operands = tuple([env[v] for v in mlir_op.operands])
+        regions = tuple([self._region(r, env, loc) for r in mlir_op.regions])
         try:
             attrs = IMPORT_RULES[name](mlir_op, regions)
         except UnsupportedFeatureError as error:
             raise UnsupportedOpError(name, loc, str(error)) from None
-        results = tuple(self._new_value(r.type, mlir_op) for r in mlir_op.results)
-        env.update(zip(mlir_op.results, results, strict=True))
+        # Each walk of an op's results makes their binding objects anew: walked once.
+        mlir_results = tuple(mlir_op.results)
+        results = tuple([self._new_value(r.type, mlir_op) for r in mlir_results])
+        env.update(zip(mlir_results, results, strict=True))
         if name in READS_ITS_REGION:
             regions = ()  # its import rule read the region into an attribute
         return Op(name, operands, results, attrs, regions, loc)
@@ -126,7 +128,9 @@ class _Importer:
 
 
 def _mlir_name(op: Any) -> str:
-    return op.operation.name
+    # A registered op's class holds its name (a fifth of the time of asking the bindings).
+    name = getattr(type(op), "OPERATION_NAME", None)
+    return name if isinstance(name, str) else op.operation.name
 
 
 def _custom_call_target(op: Any) -> str:

@@ -225,3 +225,15 @@ def test_values_and_ops_have_the_documented_shape():
         assert isinstance(op.results, tuple)
         assert isinstance(op.regions, tuple)
         assert all(isinstance(r.shape, tuple) and isinstance(r.dtype, np.dtype) for r in op.results)
+
+
+def test_free_values_found_once_are_those_of_the_graph_asked():
+    """A graph keeps its captures once found; a graph made from it with other ops finds its own."""
+    f32 = np.dtype(np.float32)
+    outer, inner, result = (lowering.Value(i, (2,), f32) for i in range(3))
+    reads_outer = lowering.Op("add", (inner, outer), (result,))
+    graph = lowering.Graph(inputs=(inner,), outputs=(result,), ops=(reads_outer,))
+    assert lowering.free_values(graph) == (outer,)
+    assert lowering.free_values(graph) == (outer,)  # kept
+    alone = lowering.Op("add", (inner, inner), (result,))
+    assert lowering.free_values(dataclasses.replace(graph, ops=(alone,))) == ()
