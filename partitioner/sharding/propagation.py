@@ -177,10 +177,10 @@ class _State:
     touching: dict[int, list[Op]] = field(default_factory=dict)
     stale: set[Op] = field(default_factory=set)
     decided: dict[Op, tuple[Axes, ...]] = field(default_factory=dict)  # at the last visit
-    # A visit's decision and its number of candidates, by what it read (`_seen`): an op of
-    # one layer decides as the same op of every other layer did. Factors are keyed by id:
+    # A visit's decision and offers, by what it read (`_seen`): an op of one layer decides
+    # and offers as the same op of every other layer did. Factors are keyed by id:
     # `factors` holds them all while propagation runs.
-    decisions: dict[tuple, tuple[tuple[Axes, ...], int]] = field(default_factory=dict)
+    decisions: dict[tuple, _Visit] = field(default_factory=dict)
 
     @classmethod
     def start(
@@ -209,18 +209,20 @@ def _sweep(ops: list[Op], state: _State) -> bool:
             continue
         stale.discard(op)
         factors = state.factors[op]
-        key = (id(factors), *[_seen(v, known, fixed) for v in (*op.operands, *op.results)])
-        seen = decisions.get(key)
-        if seen is None:
+        tensors = (*op.operands, *op.results)
+        key = (id(factors), *[_seen(v, known, fixed) for v in tensors])
+        visit = decisions.get(key)
+        if visit is None:
             candidates = _candidates(op, factors, known, fixed)
-            seen = decisions[key] = (_decide(op, factors, known, candidates), len(candidates))
-        axes, count = seen
-        state.decided[op] = axes
-        if not any(axes):
-            continue  # no factor split: nothing to propose
-        adopted, refined = _propose(op, factors, axes, state)
+            axes = _decide(op, factors, known, candidates)
+            offers = _offers(tensors, factors, axes, known, fixed) if any(axes) else ()
+            visit = decisions[key] = _Visit(axes, len(candidates), offers)
+        state.decided[op] = visit.axes
+        if not visit.offers:
+            continue  # no factor split, or every tensor holds its axes already
+        adopted, refined = _take_offers(op, factors, tensors, visit.offers, state)
         changed |= adopted or refined
-        if count == 1 and not refined:
+        if visit.candidates == 1 and not refined:
             # One candidate decided the op, and the tensors it changed had no sharding: they
             # took its axes as they are, so a visit again would find candidates only for the
             # same factor with the same axes, and decide the same: not stale on their account.
@@ -228,36 +230,70 @@ def _sweep(ops: list[Op], state: _State) -> bool:
     return changed
 
 
+@dataclass(frozen=True, slots=True)
+class _Visit:
+    """What a visit to an op found (`_sweep`): its factors' axes, how many candidates it
+    weighed, and the new shardings its tensors take (`_offers`)."""
+
+    axes: tuple[Axes, ...]
+    candidates: int
+    offers: tuple[tuple[int, Sharding, bool], ...]
+
+
 def _seen(value: Value, known: Mapping[Value, Sharding], fixed: set[Value]) -> tuple:
-    """What a visit reads of one of the op's tensors (`_candidates`, `_moved_bytes`)."""
-    sharding = known.get(value)
-    return (None if sharding is None else sharding.dims, value in fixed, value.shape, value.dtype)
+    """What a visit reads of one of the op's tensors (`_candidates`, `_moved_bytes`,
+    `_offers`)."""
+    s = known.get(value)
+    held = None if s is None else (s.dims, s.partial)
+    return (held, value in fixed, value.shape, value.dtype)
 
 
-def _propose(op: Op, factors: Factors, axes: tuple[Axes, ...], state: _State) -> tuple[bool, bool]:
-    """Offers the op's factor axes to its tensors that are not fixed: whether one that had no
-    sharding took them, and whether one that had a sharding was refined."""
-    adopted = refined = False
-    known = state.known
-    for value, dims in (
-        *zip(op.operands, factors.operands, strict=True),
-        *zip(op.results, factors.results, strict=True),
+def _offers(
+    tensors: tuple[Value, ...],
+    factors: Factors,
+    axes: tuple[Axes, ...],
+    known: Mapping[Value, Sharding],
+    fixed: set[Value],
+) -> tuple[tuple[int, Sharding, bool], ...]:
+    """The op's factor axes offered to its tensors that are not fixed: (tensor index, its new
+    sharding, whether it had none) for each that changes. A tensor the op reads twice sees
+    the first offer's sharding at the second, as it would taking them one at a time."""
+    offers = []
+    now: dict[Value, Sharding] = {}
+    for index, (value, dims) in enumerate(
+        zip(tensors, (*factors.operands, *factors.results), strict=True)
     ):
-        if value in state.fixed:
+        if value in fixed:
             continue
         split = tuple([() if f is None else axes[f] for f in dims])  # `project`'s dims
         if not any(split):
             continue
-        current = known.get(value)
+        current = now.get(value) or known.get(value)
         if current is not None and current.dims == split:
-            continue  # nothing to refine (most proposals): skip making the record
+            continue  # nothing to refine (most offers): skip making the record
         made = _refine(current, Sharding(split))
-        if made is None:
-            continue
-        known[value] = made
+        if made is not None:
+            offers.append((index, made, current is None))
+            now[value] = made
+    return tuple(offers)
+
+
+def _take_offers(
+    op: Op,
+    factors: Factors,
+    tensors: tuple[Value, ...],
+    offers: tuple[tuple[int, Sharding, bool], ...],
+    state: _State,
+) -> tuple[bool, bool]:
+    """The offers taken: whether a tensor that had no sharding took one, and whether one that
+    had a sharding was refined."""
+    adopted = refined = False
+    for index, made, new in offers:
+        value = tensors[index]
+        state.known[value] = made
         state.origins[value] = f"propagated through {op.name} ({factors.rule}) at {op.loc}"
         state.stale.update(state.touching[value.id])
-        if current is None:
+        if new:
             adopted = True
         else:
             refined = True
