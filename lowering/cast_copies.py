@@ -8,14 +8,14 @@ and the gradient of the square), which kept a float32 copy of every activation i
 When every reader would take the cast into its chain (an elementwise op of the cast's shape,
 or a reduction of it), each gets a copy instead, made just before it on a result of its own;
 the element is cast again in each chain (a cycle or less per element), nothing is stored.
+Who reads each value (`readers_of`) is found once, for this pass and for `fusion`'s grouping.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from lowering.ir import Op, Value, op_reads
 from lowering.loops import renamed
@@ -23,24 +23,36 @@ from lowering.siblings import reduces_one
 from lowering.vocabulary import ELEMENTWISE
 
 
-def copy_casts(
-    ops: list[Op], outputs: Iterable[Value], ids: itertools.count, key: Callable[[Op], tuple]
-) -> list[Op]:
-    """`ops` with each cast that all its readers would fuse copied into each of them; `ops`
-    itself when there is none."""
-    casts = {op.results[0] for op in ops if op.name == "convert"} - set(outputs)
-    if not casts:
-        return ops
-    readers: defaultdict[Value, list[int]] = defaultdict(list)  # of the casts alone
+def readers_of(ops: Sequence[Op]) -> dict[Value, list[int]]:
+    """Who reads each value: the indices of the ops that read it (as an operand or from a
+    region), in order, each once."""
+    readers: dict[Value, list[int]] = {}
     for index, op in enumerate(ops):
-        for v in casts.intersection(op_reads(op)):
-            readers[v].append(index)
+        for v in op_reads(op) if op.regions else op.operands:
+            read = readers.get(v)
+            if read is None:
+                readers[v] = [index]
+            elif read[-1] != index:  # x * x reads x once
+                read.append(index)
+    return readers
+
+
+def copy_casts(
+    ops: list[Op],
+    readers: Mapping[Value, list[int]],
+    outputs: Iterable[Value],
+    ids: itertools.count,
+    key: Callable[[Op], tuple],
+) -> list[Op]:
+    """`ops` with each cast that all its readers (`readers_of(ops)`) would fuse copied into
+    each of them; `ops` itself when there is none."""
+    kept = set(outputs)
     copied = [
         i
         for i, op in enumerate(ops)
         if op.name == "convert"
-        and op.results[0] in casts
-        and len(readers[op.results[0]]) > 1
+        and op.results[0] not in kept
+        and len(readers.get(op.results[0], ())) > 1
         and all(_absorbs(ops[j], op, key) for j in readers[op.results[0]])
     ]
     if not copied:

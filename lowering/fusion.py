@@ -35,12 +35,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from lowering.cast_copies import copy_casts
-from lowering.ir import Graph, Op, Value, max_value_id, op_reads
-from lowering.siblings import FUSION, join_siblings, reduces_one
+from lowering.cast_copies import copy_casts, readers_of
+from lowering.ir import Graph, Op, Value, max_value_id
+from lowering.siblings import FUSION, join_siblings, reduces_one, rename_all
 from lowering.small_chains import SMALL, is_bitcast, join_small_chains
 from lowering.view_copies import copy_views
 from lowering.vocabulary import ELEMENTWISE
@@ -89,8 +89,11 @@ def _fused_ops(graph: Graph, ids: itertools.count, key: Callable[[Op], tuple]) -
     ops = [_with_fused_regions(op, ids, key) for op in graph.ops]
     if key is _anywhere:  # a phased or pipelined program is cut by its ops' order: kept
         ops = copy_views(ops, graph.outputs, ids)
-    ops = copy_casts(ops, graph.outputs, ids, key)
-    grouping = _groups(ops, graph.outputs, key)
+    readers = readers_of(ops)  # the casts' copies and the grouping ask alike: made once
+    copied = copy_casts(ops, readers, graph.outputs, ids, key)
+    if copied is not ops:
+        ops, readers = copied, readers_of(copied)
+    grouping = _groups(ops, readers, graph.outputs, key)
     groups = grouping.groups
     if any(len(g) > 1 for g in groups.values()):
         ops = _grouped(ops, grouping, ids)
@@ -99,16 +102,17 @@ def _fused_ops(graph: Graph, ids: itertools.count, key: Callable[[Op], tuple]) -
 
 def _grouped(ops: list[Op], grouping: _Grouping, ids: itertools.count) -> list[Op]:
     """The ops with each group made one fusion, at its root."""
-    groups = grouping.groups
-    root_of = {i: root for root, group in groups.items() for i in group}
+    groups, root_of = grouping.groups, grouping.root_of
     out: list[Op] = []
     for index, op in enumerate(ops):
-        root = root_of.get(index, index)
-        if root != index:
+        if root_of.get(index, index) != index:
             continue  # a member: its fusion is made at its root
-        group = groups.get(index, [index])
-        extras = grouping.extras.get(index, [])
-        out.append(op if len(group) == 1 else _fusion([ops[i] for i in group], ids, extras))
+        group = groups.get(index)
+        if group is None or len(group) == 1:
+            out.append(op)
+        else:
+            extras = grouping.extras.get(index, ())
+            out.append(_fusion([ops[i] for i in group], ids, extras))
     return out
 
 
@@ -130,10 +134,15 @@ def fusible(op: Op) -> bool:
     return all(v.shape in (shape, ()) for v in op.operands)
 
 
-def _groups(ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple]) -> _Grouping:
+def _groups(
+    ops: list[Op],
+    readers: dict[Value, list[int]],
+    outputs: Iterable[Value],
+    key: Callable[[Op], tuple],
+) -> _Grouping:
     """Each fusion's root (an op index) with its members' indices, in program order, and the
     members' results it also gives out (`_Grouping.extras`)."""
-    grouping = _Grouping(ops, outputs, key)
+    grouping = _Grouping(ops, readers, outputs, key)
     for index, op in enumerate(ops):
         grouping.add(index, op)
     return grouping
@@ -142,16 +151,20 @@ def _groups(ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple])
 class _Grouping:
     """The fusions made so far, as `_groups` walks the ops in program order."""
 
-    def __init__(self, ops: list[Op], outputs: Iterable[Value], key: Callable[[Op], tuple]):
-        self.ops, self.key = ops, key
+    def __init__(
+        self,
+        ops: list[Op],
+        readers: dict[Value, list[int]],
+        outputs: Iterable[Value],
+        key: Callable[[Op], tuple],
+    ):
+        self.ops, self.readers, self.key = ops, readers, key
         self.outputs = set(outputs)
-        self.readers: dict[Value, list[int]] = {}
-        for index, op in enumerate(ops):
-            for v in set(op_reads(op)):  # x * x reads x once
-                self.readers.setdefault(v, []).append(index)
-        self.uses = Counter({v: len(r) for v, r in self.readers.items()})
+        self.uses = Counter({v: len(r) for v, r in readers.items()})
         self.uses.update(self.outputs)
         self.made = {v: i for i, op in enumerate(ops) for v in op.results}
+        # asked of each op and again of the producers it might join: computed once
+        self.fusible = [fusible(op) for op in ops]
         self.root_of: dict[int, int] = {}  # a member's index -> its fusion's root so far
         self.groups: dict[int, list[int]] = {}
         self.reduced: set[int] = set()  # the roots of fusions that hold a reduction
@@ -163,7 +176,7 @@ class _Grouping:
     def add(self, index: int, op: Op) -> None:
         """`op` joined to the fusions it can join, or the root of a fusion of its own."""
         reduces = reduces_one(op)
-        if not fusible(op) and not reduces:
+        if not self.fusible[index] and not reduces:
             return
         tail = _epilogue_of(op, self.ops, self.made, self.uses, self.reduced, self.key)
         if tail is not None:  # the reduction's fusion ends with it (and the view it reads)
@@ -180,48 +193,46 @@ class _Grouping:
         if reduces:
             self.reduced.add(index)
         self._make(index, sorted(group))
-        members = set(group)
-        extras = [v for v in self._given if self._read_outside(v, members)]
-        if extras:
-            self.extras[index] = extras
+        if self._given:
+            members = set(group)
+            extras = [v for v in self._given if self._read_outside(v, members)]
+            if extras:
+                self.extras[index] = extras
 
     def _joined(self, value: Value, op: Op, index: int, reduces: bool) -> list[int]:
         """The members `op` takes in with its operand `value`: the fusion that makes it,
         directly or through a view (which then joins too); none when it cannot join."""
-        ops, made = self.ops, self.made
-        view = None if reduces else self._through_view(value, op, index)
-        if view is not None:
-            taken = self._take(made[ops[view].operands[0]], index, through=view)
-            return [view, *taken] if taken else []
-        producer = made.get(value)
+        ops, producer = self.ops, self.made.get(value)
+        if producer is None:
+            return []
+        source = None if reduces else self._through_view(value, producer, op, index)
+        if source is not None:
+            taken = self._take(source, index, through=producer)
+            return [producer, *taken] if taken else []
         joins = (
-            producer is not None
-            and fusible(ops[producer])  # not a reduction: after one, an epilogue only
+            self.fusible[producer]  # not a reduction: after one, an epilogue only
             and (self.uses[value] == 1 or self._shared(value, op, index, producer, reduces))
             and self.key(ops[producer]) == self.key(op)
             and value.shape == (op.operands[0] if reduces else op.results[0]).shape
         )
-        if not joins or producer is None:
-            return []
-        return self._take(producer, index, reduces)
+        return self._take(producer, index, reduces) if joins else []
 
-    def _through_view(self, value: Value, op: Op, index: int) -> int | None:
-        """The view that makes `value` from an elementwise result, when the view and that
-        result's chain can join `op` (nothing else reads the view; the result is read by
-        nothing else either, or is small and shared as `_shared` says): the view's index,
+    def _through_view(self, value: Value, view: int, op: Op, index: int) -> int | None:
+        """The elementwise op whose result `value` is a view of (made by op `view`), when the
+        view and that result's chain can join `op` (nothing else reads the view; the result is
+        read by nothing else either, or is small and shared as `_shared` says): its index,
         else None."""
-        ops, made = self.ops, self.made
-        view = made.get(value)
-        if view is None or self.uses[value] != 1 or not is_bitcast(ops[view]):
+        ops = self.ops
+        if self.uses[value] != 1 or not is_bitcast(ops[view]):
             return None
         source = ops[view].operands[0]
-        producer = made.get(source)
-        if producer is None or not fusible(ops[producer]):
+        producer = self.made.get(source)
+        if producer is None or not self.fusible[producer]:
             return None
         if not self.key(ops[producer]) == self.key(ops[view]) == self.key(op):
             return None
         if self.uses[source] == 1 or self._shared(source, op, index, producer, False, view):
-            return view
+            return producer
         return None
 
     def _shared(
@@ -266,7 +277,7 @@ class _Grouping:
         # what the fusion gives out (its other results are read inside it alone)
         made = [*self.extras.get(old, []), *self.ops[old].results]
         near = (index,) if through is None else (index, through)
-        if any(v in self.outputs or set(self.readers.get(v, ())).difference(near) for v in made):
+        if any(self._read_outside(v, near) for v in made):
             around = {*group, *near}
             if not all(self._later(v, index, around) for v in made):
                 return []
@@ -288,7 +299,7 @@ class _Grouping:
             for r in self.readers.get(value, ())
         )
 
-    def _read_outside(self, value: Value, members: set[int]) -> bool:
+    def _read_outside(self, value: Value, members: Collection[int]) -> bool:
         return value in self.outputs or any(r not in members for r in self.readers.get(value, ()))
 
     def _make(self, index: int, group: list[int]) -> None:
@@ -357,14 +368,7 @@ def _fusion(ops: list[Op], ids: itertools.count, extras: Sequence[Value] = ()) -
     given = (*root.results, *extras)
     result = {v: Value(next(ids), v.shape, v.dtype) for v in given}
     renamed = {**inputs, **result}
-    body = tuple(
-        dataclasses.replace(
-            op,
-            operands=tuple(renamed.get(v, v) for v in op.operands),
-            results=tuple(renamed.get(v, v) for v in op.results),
-        )
-        for op in ops
-    )
+    body = tuple(rename_all(op, renamed) for op in ops)
     region = Graph(
         inputs=tuple(inputs.values()), outputs=tuple(result.values()), ops=body, name=FUSION
     )

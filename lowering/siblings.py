@@ -106,14 +106,15 @@ class _Siblings:
 
     def __init__(self, ops: list[Op], key: Callable[[Op], tuple]) -> None:
         self.ops, self.key = ops, key
-        self.producer = {v: op for op in ops for v in op.results}
+        self.casts = {op.results[0]: op for op in ops if op.name == "convert"}  # by result
         self.open: dict[Hashable, _Set] = {}
         # a result of an open set's member, or of an op deferred behind it -> the signature
         self.made: dict[Value, Hashable] = {}
         self.closed: list[_Set] = []
 
     def add(self, index: int, op: Op) -> None:
-        reading = {self.made[v] for v in op_reads(op) if v in self.made}
+        reads = op_reads(op) if op.regions else op.operands
+        reading = {self.made[v] for v in reads if v in self.made}
         reduce = reduction_of(op)
         signature = None
         if reduce is not None:
@@ -154,10 +155,8 @@ class _Siblings:
         for v in op.operands:
             if v.size != size:
                 continue
-            producer = self.producer.get(v)
-            while producer is not None and producer.name == "convert":
-                v = producer.operands[0]
-                producer = self.producer.get(v)
+            while v in self.casts:
+                v = self.casts[v].operands[0]
             out.add(v)
         return out
 

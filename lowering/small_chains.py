@@ -61,7 +61,10 @@ def join_small_chains(
             joins.join(t, *found, build)
     if all(op is not None for op in joins.slots):  # nothing joined
         return ops
-    return [o for i, op in enumerate(joins.slots) if op is not None for o in (op, *joins.after[i])]
+    after = joins.after
+    return [
+        o for i, op in enumerate(joins.slots) if op is not None for o in (op, *after.get(i, ()))
+    ]
 
 
 def _chain(op: Op | None) -> bool:
@@ -102,14 +105,15 @@ class _Joins:
         self.slots: list[Op | None] = list(ops)
         self.chains = chains  # whether each slot holds a small chain
         self.kept, self.key = kept, key
-        self.made = {v: i for i, op in enumerate(ops) for v in op.results}
-        # who reads the results of chains and views (the only readers asked after)
-        self.tracked = {
-            v
-            for op, chain in zip(ops, chains, strict=True)
+        # who makes and who reads the results of chains and views, the only ones asked after
+        # (a chain joins a chain, directly or through a view)
+        self.made = {
+            v: i
+            for i, (op, chain) in enumerate(zip(ops, chains, strict=True))
             if chain or op.name in VIEWS
             for v in op.results
         }
+        self.tracked = set(self.made)
         self.readers: dict[Value, set[float]] = {}  # x.5: waiting behind slot x
         for i, op in enumerate(ops):
             self._read(i, op)
@@ -119,7 +123,7 @@ class _Joins:
                 for w in self._tensors(op):
                     self.by_tensor.setdefault(w, set()).add(i)
         # views moved to just after a joined chain (they read what it gives out), by slot
-        self.after: dict[int, list[Op]] = {i: [] for i in range(len(ops))}
+        self.after: dict[int, list[Op]] = {}
 
     def _read(self, index: float, op: Op) -> None:
         for v in op_reads(op) if op.regions else op.operands:
@@ -184,7 +188,7 @@ class _Joins:
         if moved is None:
             return None
         later = [v for r in moved for v in self._op(r).results] + [
-            v for w in self.after[s] for v in w.results
+            v for w in self.after.get(s, ()) for v in w.results
         ]
         return moved if all(r > t for v in later for r in self.readers.get(v, ())) else None
 
@@ -220,16 +224,15 @@ class _Joins:
         for tensor in self._tensors(self._op(s)):
             self.by_tensor.get(tensor, set()).discard(s)
         # views of its results wait until after the joined chain: read at t + 0.5
-        waiting = [(r, self._op(r)) for r in moved] + [(s + 0.5, w) for w in self.after[s]]
+        waiting = [(r, self._op(r)) for r in moved] + [(s + 0.5, w) for w in self.after.pop(s, [])]
         for r, w in waiting:
             self._unread(r, w)
             self._read(t + 0.5, w)
             for v in w.results:
                 self.made[v] = t
-            self.after[t].append(w)
+            self.after.setdefault(t, []).append(w)
         for r in moved:
             self.slots[r] = None
-        self.after[s] = []
         for i in gone:
             self._unread(i, self._op(i))
             self.slots[i] = None
