@@ -266,25 +266,27 @@ def _spans(first: int, uses: list[int], phases: PhaseBounds | None) -> tuple[tup
     end = max(uses, default=first)
     if phases is None:
         return ((first, end),)
-    made_phase = phases.phase_of(first)
-    lo, hi = phases.bounds[made_phase]
+    phase_of, bounds = phases.phase_of, phases.bounds
+    made_phase = phase_of(first)
+    lo, hi = bounds[made_phase]
     if end < hi and min(uses, default=first) >= lo:  # read only in the phase that makes it
         return ((first, end),)
-    last_task = phases.bounds[-1][1] - 1
-    stored = any(u > last_task or phases.phase_of(u) != made_phase for u in uses)
-    uses = [u for u in uses if u <= last_task]
-    by_phase: dict[int, tuple[int, int]] = {}
-    for task in [first, *uses]:
-        phase = phases.phase_of(task)
-        lo, hi = phases.bounds[phase]
+    last_task = bounds[-1][1] - 1
+    stored = any(u > last_task or phase_of(u) != made_phase for u in uses)
+    last_use: dict[int, int] = {}  # per phase, its last task that uses the value
+    for task in [first, *(u for u in uses if u <= last_task)]:
+        phase = phase_of(task)
+        if task > last_use.get(phase, -1):
+            last_use[phase] = task
+    spans = []
+    for phase in sorted(last_use):
+        lo, hi = bounds[phase]
         start = first if phase == made_phase else lo  # made here, or loaded at the start
-        old = by_phase.get(phase)
-        task = min(task, hi - 1)
-        by_phase[phase] = (min(old[0], start), max(old[1], task)) if old else (start, task)
-    if stored:
-        lo, hi = by_phase[made_phase]
-        by_phase[made_phase] = (lo, max(hi, phases.bounds[made_phase][1] - 1))
-    return tuple(by_phase[p] for p in sorted(by_phase))
+        stop = min(last_use[phase], hi - 1)
+        if stored and phase == made_phase:
+            stop = max(stop, hi - 1)
+        spans.append((start, stop))
+    return tuple(spans)
 
 
 def storages(

@@ -56,9 +56,10 @@ def combine_in_phases(
         first = group[0]
         steps[first.task][first.step] = _combined(program, group, links)
         dropped.update((r.task, r.step) for r in group[1:])
+    losing = {task for task, _ in dropped}  # the tasks that lose a step
     tasks = tuple(
         task
-        if tuple(s) == task.supersteps and not any((i, j) in dropped for j in range(len(s)))
+        if i not in losing and tuple(s) == task.supersteps
         else dataclasses.replace(
             task, supersteps=tuple(x for j, x in enumerate(s) if (i, j) not in dropped)
         )

@@ -123,8 +123,8 @@ def _less_memory(
     producers = {v: task.op for task in tasks for v in task.op.results}
     for p in phases:
         a, b = plan.bounds.bounds[p]
-        for i in range(a, b):
-            over = int(task_peaks[i]) - target.bytes_per_tile
+        overs = (task_peaks[a:b] - target.bytes_per_tile).tolist()
+        for i, over in zip(range(a, b), overs, strict=True):
             tasks[i] = shrunk_by(tasks[i], over, producers, target)
     return dataclasses.replace(program, tasks=tuple(tasks))
 

@@ -48,6 +48,8 @@ def check_replica_axes(axes: Sequence[str], mesh: Mapping[str, int]) -> tuple[st
 # Ops after which a value differs across the IPUs of their axes, or agrees across them.
 _SPLITTING = SHARD_OPS | {"reduce_scatter", "all_to_all", "collective_permute"}
 _JOINING = COLLECTIVES - _SPLITTING
+_ACROSS = COLLECTIVES | SHARD_OPS  # the ops over mesh axes
+_NOWHERE: frozenset[str] = frozenset()
 
 
 def varying_axes(graph: Graph, input_shardings: Sequence[Sharding]) -> dict[Value, frozenset[str]]:
@@ -68,23 +70,36 @@ def varying_over(
         v: frozenset(s.axes) for v, s in zip(inputs, input_shardings, strict=True)
     }
     for op in ops:
-        axes = frozenset(op.attrs.get("axes", ())) if op.name in COLLECTIVES | SHARD_OPS else None
+        if op.name not in _ACROSS:  # most ops: they vary where what they read does
+            inherited = _varying_of(op_reads(op), varying)
+            for result in op.results:
+                varying[result] = inherited
+            continue
+        axes = frozenset(op.attrs.get("axes", ()))
         # A collective the combiner merged acts on each operand alone: its i-th result varies
         # as its i-th operand does (a gradient buffer mixes tp-split and tp-replicated ones).
-        combined = axes is not None and len(op.operands) == len(op.results) > 1
+        combined = len(op.operands) == len(op.results) > 1
         groups = (
             [((v,), (r,)) for v, r in zip(op.operands, op.results, strict=True)]
             if combined
             else [(op_reads(op), op.results)]
         )
         for reads, results in groups:
-            inherited = frozenset().union(*(varying.get(v, frozenset()) for v in reads))
-            if axes is not None and op.name in _JOINING:
-                inherited -= axes
-            elif axes is not None:
-                inherited |= axes
+            inherited = _varying_of(reads, varying)
+            inherited = inherited - axes if op.name in _JOINING else inherited | axes
             varying.update(dict.fromkeys(results, inherited))
     return varying
+
+
+def _varying_of(values: Iterable[Value], varying: Mapping[Value, frozenset[str]]) -> frozenset[str]:
+    """The axes any of `values` varies over; one value's own set, not a new one, when the
+    others add none (most ops: GPT-3 asks for 100,000)."""
+    found = _NOWHERE
+    for value in values:
+        axes = varying.get(value, _NOWHERE)
+        if not axes <= found:
+            found = found | axes if found else axes
+    return found
 
 
 def replicated_over(
