@@ -55,14 +55,14 @@ from partitioner.cost.exchange import global_sync_cycles
 from partitioner.cost.links import LinkModel
 from partitioner.errors import OutOfMemoryError
 from partitioner.memory.check import check_memory
-from partitioner.memory.liveness import Uses, with_kept
+from partitioner.memory.liveness import with_kept, with_ways
 from partitioner.memory.tiles import TileMemory, tile_memory
 from partitioner.mesh import Mesh
 from partitioner.phases.combine import combine_in_phases
 from partitioner.phases.loops import per_trip, rerolled
 from partitioner.phases.plan import PhasePlan, Phases
 from partitioner.phases.rts import Sharded, shard_phases, unsharded
-from partitioner.phases.split import compute_target, phased_hint, split_phases
+from partitioner.phases.split import Fitted, compute_target, phased_hint, split_phases
 from partitioner.phases.streaming import (
     PhaseStream,
     capacity_needed,
@@ -89,7 +89,7 @@ from partitioner.step.host import host_io, step_transfers
 from partitioner.step.summary import StepCost, program_cost
 from partitioner.target import Target
 from partitioner.tiles.schedule import schedule
-from partitioner.verify import verify_memory, verify_program, verify_uses
+from partitioner.verify import verify_memory, verify_program, verify_storages, verify_uses
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,15 +240,17 @@ def phased_memory(
     sharded: Sharded,
     target: Target,
     trips: Mapping[Value, int],
-    uses: Uses | None,
+    fitted: Fitted | None,
 ) -> tuple[TileMemory, frozenset]:
     """Tile memory; phased, with the activations that fit kept on chip across phases (each a
-    loop's trips make anew, `trips`, holding every trip's copy); `uses` are the program's
-    `value_uses` in its phases."""
-    if plan is None or uses is None:
+    loop's trips make anew, `trips`, holding every trip's copy); `fitted` is the phase split's
+    fitting of the program (its value uses and storages in its phases)."""
+    if plan is None or fitted is None:
         return tile_memory(program, target), frozenset()
+    uses = fitted.uses
     ways = dict.fromkeys(sharded.shard_values, sharded.replicas)
-    first = tile_memory(program, target, plan.bounds, ways=ways, uses=uses)
+    stored = with_ways(fitted.memory.storages, ways)
+    first = tile_memory(program, target, plan.bounds, ways=ways, uses=uses, stored=stored)
     kept = keep_on_chip(
         program,
         first.storages,
@@ -283,15 +285,17 @@ def build(
     io = host_io(local, options.resident_inputs, graph)
     program = dataclasses.replace(program, on_device=frozenset(local.inputs) - set(io.inputs or ()))
     axes = replica_axes_of(partitioned, mesh, options.replica_axes)
-    # The split's value uses hold after sharding, which re-costs supersteps only.
-    program, plan, uses = split_phases(program, options.phases, target)
+    # The split's value uses and storages hold after sharding, which re-costs supersteps only.
+    program, plan, fitted = split_phases(program, options.phases, target)
+    uses = fitted.uses if fitted is not None else None
     program = checked(program, "split phases", mesh, options)
     sharded = shard(program, plan, partitioned, mesh, axes, links)
     program = checked(sharded.program, "shard", mesh, options)
-    if options.verify and plan is not None and uses is not None:
-        verify_uses(uses, program, plan.bounds, "shard")
+    if options.verify and plan is not None and fitted is not None:
+        verify_uses(fitted.uses, program, plan.bounds, "shard")
+        verify_storages(fitted.memory.storages, program, plan.bounds, "shard")
     trips = per_trip(program, plan.bounds, plan.loops) if plan is not None else {}
-    memory, kept = phased_memory(program, plan, sharded, target, trips, uses)
+    memory, kept = phased_memory(program, plan, sharded, target, trips, fitted)
     checked_memory(memory, "memory", options)
     if options.check_memory:
         check_fits(memory, program, local, target, plan is not None)

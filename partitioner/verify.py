@@ -20,13 +20,13 @@ the task and the user's line.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from lowering import Value, VerifyError
 from partitioner.layout import Layout
-from partitioner.memory.liveness import PhaseBounds, Uses, value_uses
+from partitioner.memory.liveness import PhaseBounds, Storage, Uses, storages, value_uses
 from partitioner.memory.tiles import TileMemory
 from partitioner.program import Program, Superstep, Task
 
@@ -180,3 +180,13 @@ def verify_uses(uses: Uses, program: Program, phases: PhaseBounds, after: str) -
     for name, have, want in zip(("makers", "readers", "constants"), uses, fresh, strict=True):
         if have != want:
             raise VerifyError(f"{after}: the value uses handed on differ in their {name}")
+
+
+def verify_storages(
+    stored: Sequence[Storage], program: Program, phases: PhaseBounds, after: str
+) -> None:
+    """Raises `VerifyError` when storages handed on from an earlier pass (made without
+    shards' ways) are not `program`'s own in `phases` (a pass between them changed a layout,
+    an input or what a task reads)."""
+    if tuple(stored) != storages(program, phases):
+        raise VerifyError(f"{after}: the storages handed on differ from the program's own")

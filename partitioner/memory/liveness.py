@@ -10,6 +10,7 @@ spans into bytes per tile.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -322,6 +323,16 @@ def storages(
             spans = _spans(first, reads.get(value, []), None if value in kept else phases)
         found.append(Storage(value, layouts[value], spans, always, ways.get(value, 1)))
     return tuple(found)
+
+
+def with_ways(found: Sequence[Storage], ways: Mapping[Value, int]) -> tuple[Storage, ...]:
+    """`storages(..., ways=ways)` from `found`, what the same call made without `ways`: only
+    the values held as shards (replicated tensor sharding's) hold a share of their bytes."""
+    if not ways:
+        return tuple(found)
+    return tuple(
+        dataclasses.replace(s, ways=ways[s.value]) if s.value in ways else s for s in found
+    )
 
 
 def with_kept(

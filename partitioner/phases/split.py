@@ -38,9 +38,9 @@ AUTO_SHARE = 0.25  # of an IPU's memory: the bytes a phase touches, when cutting
 @dataclass(frozen=True, eq=False)
 class Fitted:
     """A program fitted in phases: its tasks, its plan, each value's uses in the plan's phases
-    (`value_uses`) and its tile memory there. Passes after the split that keep every task's op
-    and inputs (replicated tensor sharding re-costs supersteps only) take `uses` as they are
-    rather than walk GPT-3's 80,000 tasks again."""
+    (`value_uses`) and its tile memory there. Passes after the split that keep every task's op,
+    inputs and layouts (replicated tensor sharding re-costs supersteps only) take `uses` and
+    the memory's storages as they are rather than walk GPT-3's 80,000 tasks again."""
 
     program: Program
     plan: PhasePlan
@@ -131,11 +131,12 @@ def _less_memory(
 
 def split_phases(
     program: Program, phases: Phases, target: Target
-) -> tuple[Program, PhasePlan | None, Uses | None]:
+) -> tuple[Program, PhasePlan | None, Fitted | None]:
     """The `phases=` option: None keeps one program on chip, "auto" finds blocks and cuts, a
     tuple of `jax.named_scope` names cuts by scope. Counted loops are laid out inline and run
     phase-major (`loops`); a loop whose body the phases cannot run so stays one task. With the
-    program and its plan, each value's uses in the plan's phases (`Fitted.uses`)."""
+    program and its plan, the fitting that made them (each value's uses in the plan's phases
+    and the tile memory there, for the passes after: `Fitted`)."""
     if phases is None:
         return program, None, None
     _check_phases(phases)
@@ -150,7 +151,7 @@ def split_phases(
             continue
         broken = [s for s in found if not fissionable(split, s, plan.bounds)]
         if not broken:
-            return split, dataclasses.replace(plan, loops=found), fitted.uses
+            return split, dataclasses.replace(plan, loops=found), fitted
         whole.update(s.task.op for s in broken)
 
 

@@ -1,6 +1,6 @@
 """The compile's shortcuts give what the long way gives (issue 39: GPT-3 costed in seconds):
 scope blocks found and split in one pass, tile memory from storages the caller already has, the
-storages with activations kept on chip from those without, the sweep's peak tasks against a
+storages with activations kept on chip or values held as shards from those without, the sweep's peak tasks against a
 task-by-task count, and sweeps in 32 bits against 64."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ipujax
-from partitioner.memory.liveness import storages, value_uses, with_kept
+from partitioner.memory.liveness import storages, value_uses, with_kept, with_ways
 from partitioner.memory.tiles import _live_by_task, _Sweep, tile_memory
 from partitioner.phases.scopes import scope_blocks, split_by_names, split_by_scope_blocks
 from partitioner.phases.split import split_auto
@@ -68,6 +68,16 @@ def test_storages_with_activations_kept_from_those_without_are_the_same() -> Non
         assert with_kept(without, kept, plan.bounds, uses) == storages(
             program, plan.bounds, kept, uses=uses
         )
+
+
+def test_storages_with_values_held_as_shards_from_those_without_are_the_same() -> None:
+    compiled = _compiled(_blocks, None)
+    program, plan = split_auto(compiled.program, compiled.built.target)
+    uses = value_uses(program, plan.bounds)
+    without = storages(program, plan.bounds, uses=uses)
+    values = [s.value for s in without]
+    for ways in ({}, {values[0]: 4}, dict.fromkeys(values[::2], 2)):
+        assert with_ways(without, ways) == storages(program, plan.bounds, ways=ways, uses=uses)
 
 
 def test_peak_tasks_are_the_first_tasks_of_each_tiles_highest() -> None:

@@ -192,13 +192,31 @@ def test_build_runs_it_after_its_passes(monkeypatch) -> None:
     real = passes.split_phases
 
     def corrupting(program, phases, target):
-        program, plan, uses = real(program, phases, target)
-        return _with_step(program, _computing(program), compute_cycles=-5), plan, uses
+        program, plan, fitted = real(program, phases, target)
+        return _with_step(program, _computing(program), compute_cycles=-5), plan, fitted
 
     monkeypatch.setattr(passes, "split_phases", corrupting)
     with pytest.raises(VerifyError, match=r"^split phases: task"):
         _built(partitioner.Options(verify=True))
     _built(partitioner.Options(verify=False))  # not asked: not checked
+
+
+def test_storages_handed_on_are_checked_against_the_program(monkeypatch) -> None:
+    """The phase split hands its storages on to the memory sweep after sharding; with
+    `verify`, storages that are not the program's own (one dropped) are caught there."""
+    import partitioner.passes as passes
+
+    real = passes.split_phases
+
+    def dropping(program, phases, target):
+        program, plan, fitted = real(program, phases, target)
+        memory = dataclasses.replace(fitted.memory, storages=fitted.memory.storages[1:])
+        return program, plan, dataclasses.replace(fitted, memory=memory)
+
+    phased = partitioner.Options(verify=True, phases="auto", check_memory=False)
+    monkeypatch.setattr(passes, "split_phases", dropping)
+    with pytest.raises(VerifyError, match=r"^shard: the storages handed on differ"):
+        _built(phased)
 
 
 def test_value_uses_handed_on_are_checked_against_the_program(monkeypatch) -> None:
@@ -210,11 +228,11 @@ def test_value_uses_handed_on_are_checked_against_the_program(monkeypatch) -> No
     real = passes.split_phases
 
     def dropping(program, phases, target):
-        program, plan, uses = real(program, phases, target)
-        made, reads, constants = uses
+        program, plan, fitted = real(program, phases, target)
+        made, reads, constants = fitted.uses
         reads = dict(reads)
         reads.pop(next(iter(reads)))
-        return program, plan, (made, reads, constants)
+        return program, plan, dataclasses.replace(fitted, uses=(made, reads, constants))
 
     phased = partitioner.Options(verify=True, phases="auto", check_memory=False)
     _built(phased)  # the split's own uses pass
