@@ -130,8 +130,14 @@ def first_sources(
 ) -> dict[str, tuple[str, int]]:
     """Each term's first source line and how many supersteps (or collectives) it spans."""
     found: dict[str, tuple[str, int]] = {}
+    # A model's repeated layers share their steps' records (`tiles.repeats`): each distinct
+    # one's terms are found once (kept with the record, so its id is not reused meanwhile).
+    terms_of: dict[int, tuple[Superstep, tuple[str, ...]]] = {}
     for step in supersteps:
-        for term in step_terms(step):
+        known = terms_of.get(id(step))
+        if known is None:
+            known = terms_of[id(step)] = (step, step_terms(step))
+        for term in known[1]:
             source, count = found.get(term, (step.source, 0))
             found[term] = (source or step.source, count + 1)
     for c in collectives:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from lowering import Op, Value, op_signature
 from partitioner.layout import Layout
@@ -40,20 +41,28 @@ _OP, _INPUTS, *_COPIED = (f.name for f in fields(Task))
 assert (_OP, _INPUTS) == ("op", "inputs"), "repeats binds a task's first two fields anew"
 
 
+# A kept task's fields but its op and inputs, which a copy binds anew.
+_Copied = tuple[Any, ...]
+
+
 @dataclass
 class _Kept:
     """A key's task: one for every start (`fixed`), or one per start with the next start."""
 
-    fixed: Task | None = None
-    by_start: dict[tuple[int, int | None], tuple[Task, int]] = field(default_factory=dict)
+    fixed: _Copied | None = None
+    by_start: dict[tuple[int, int | None], tuple[_Copied, int]] = field(default_factory=dict)
 
 
 @dataclass
 class Repeats:
-    """The tasks made so far by key. With `reuse` off, every task is made by its rule."""
+    """The tasks made so far by key, for one context. With `reuse` off, every task is made by
+    its rule."""
 
     reuse: bool = True
     kept: dict[Hashable, _Kept] = field(default_factory=dict)
+    # `_maker` of each value read so far: a value is read by several ops (a layer's input by
+    # its norm, its residual add, ...), and its maker stays the same within one context.
+    makers: dict[Value, Hashable] = field(default_factory=dict)
 
     def task(
         self,
@@ -66,37 +75,37 @@ class Repeats:
         """`rule(op, values, layouts, ctx)`, or a copy of the task an equal op made."""
         if op.name in _NEVER or not self.reuse:
             return rule(op, values, layouts, ctx)
-        key = (op_signature(op), layouts, _producers(op, ctx))
+        key = (op_signature(op), layouts, self._producers(op, ctx))
         kept = self.kept.get(key)
         start = ctx.next_place
         if kept is not None:
             if kept.fixed is not None:
-                return _rebound(kept.fixed, op, values)
+                return Task(op, values, *kept.fixed)
             if start in kept.by_start:
-                task, after = kept.by_start[start]
+                copied, after = kept.by_start[start]
                 ctx.place_next_at(after)
-                return _rebound(task, op, values)
+                return Task(op, values, *copied)
         placed = ctx.placed
         task = rule(op, values, layouts, ctx)
         if task.op is not op or task.inputs != values:  # a rule that remade its op: not kept
             return task
         if kept is None:
             kept = self.kept[key] = _Kept()
+        # Its fields once, for the copies (quicker than `dataclasses.replace` per copy).
+        copied = tuple([getattr(task, name) for name in _COPIED])
         if ctx.placed == placed:
-            kept.fixed = task
+            kept.fixed = copied
         else:
-            kept.by_start[start] = (task, ctx.next_place[0])
+            kept.by_start[start] = (copied, ctx.next_place[0])
         return task
 
-
-def _rebound(task: Task, op: Op, values: tuple[Value, ...]) -> Task:
-    """`task` as `op`'s, reading `values` (quicker than `dataclasses.replace`)."""
-    return Task(op, values, *[getattr(task, name) for name in _COPIED])
-
-
-def _producers(op: Op, ctx: MappingContext) -> Hashable:
-    """What the rules read of the ops that make `op`'s operands."""
-    return tuple(_maker(v, ctx) for v in op.operands)
+    def _producers(self, op: Op, ctx: MappingContext) -> Hashable:
+        """What the rules read of the ops that make `op`'s operands."""
+        makers = self.makers
+        for value in op.operands:
+            if value not in makers:
+                makers[value] = _maker(value, ctx)
+        return tuple([makers[value] for value in op.operands])
 
 
 def _maker(value: Value, ctx: MappingContext) -> Hashable:

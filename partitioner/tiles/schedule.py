@@ -63,7 +63,9 @@ def schedule(
         if op.name in OPERAND_LAYOUTS and unread.intersection(op.operands):
             _create_for(op, OPERAND_LAYOUTS[op.name](op, ctx), unread, layouts)
         unread.difference_update(values)
-        task = repeats.task(TILE_RULES[op.name], op, values, tuple(layouts[v] for v in values), ctx)
+        task = repeats.task(
+            TILE_RULES[op.name], op, values, tuple([layouts[v] for v in values]), ctx
+        )
         layouts.update(zip(op.results, task.result_layouts, strict=True))
         tasks.append(task)
     return Program(

@@ -1,7 +1,7 @@
 """The compile's shortcuts give what the long way gives (issue 39: GPT-3 costed in seconds):
 scope blocks found and split in one pass, tile memory from storages the caller already has, the
-storages with activations kept on chip or values held as shards from those without, the sweep's peak tasks against a
-task-by-task count, and sweeps in 32 bits against 64."""
+storages with activations kept on chip or values held as shards from those without, the
+sweep's peak tasks against a task-by-task count, and sweeps in 32 bits against 64."""
 
 from __future__ import annotations
 
