@@ -45,6 +45,18 @@ class Builder:
         regions: tuple[Graph, ...] = (),
     ) -> tuple[Value, ...]:
         types = self.types.infer(name, operands, attrs, regions, loc)
+        return self.append(name, operands, attrs, loc, regions, types)
+
+    def append(
+        self,
+        name: str,
+        operands: Sequence[Value],
+        attrs: Mapping[str, Any],
+        loc: SourceLoc,
+        regions: tuple[Graph, ...],
+        types: Sequence[Any],
+    ) -> tuple[Value, ...]:
+        """`emit` of an op whose result types are known (each has a shape and a dtype)."""
         results = tuple(self.value(a.shape, a.dtype) for a in types)
         self.ops.append(Op(name, tuple(operands), results, attrs, regions, loc))
         return results

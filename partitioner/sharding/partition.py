@@ -60,6 +60,10 @@ def _axes_of(factors: Factors, axes: tuple[Axes, ...], operand: int, dim: int) -
     return () if factor is None else axes[factor]
 
 
+# The shardings and per-IPU shapes of an op's results.
+_Form = tuple[tuple[Sharding, ...], tuple[tuple[int, ...], ...]]
+
+
 # ---- per-op rewriting --------------------------------------------------------------------
 
 
@@ -101,6 +105,7 @@ class _Partitioner:
         self.local_shapes: dict[tuple, tuple[int, ...]] = (
             {} if outer is None else outer.local_shapes
         )
+        self.forms: dict[tuple, _Form | None] = {} if outer is None else outer.forms
 
     @property
     def root(self) -> _Partitioner:
@@ -285,14 +290,10 @@ class _Partitioner:
 
     def try_sharded(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> bool:
         axes = self.whole_groups(op, factors, axes)
-        results = [self.project(d, axes) for d in factors.results]
-        local_shapes = [
-            self.local_shape(s, v.shape) for s, v in zip(results, op.results, strict=True)
-        ]
-        if op.name == "reshape" and math.prod(local_shapes[0]) != math.prod(
-            self.local_shape(self.project(factors.operands[0], axes), op.operands[0].shape)
-        ):
+        form = self.result_form(op, factors, axes)
+        if form is None:
             return False
+        results, local_shapes = form
         mark = len(self.b.ops)
         pending = self.pending_through(op)
         if pending and set(pending) & {a for f in axes for a in f}:
@@ -301,7 +302,7 @@ class _Partitioner:
         operands = self.mask_reductions(op, factors, axes, operands)
         attrs = localized_attrs(op, local_shapes, operands)
         inferred = self.b.types.infer(op.name, operands, attrs, op.regions, op.loc)
-        if [tuple(a.shape) for a in inferred] != [tuple(s) for s in local_shapes]:
+        if [tuple(a.shape) for a in inferred] != list(local_shapes):
             del self.b.ops[mark:]
             return False
         summed = _summed(factors, axes)
@@ -348,6 +349,26 @@ class _Partitioner:
             found = self.projections[key] = project(dims, axes, partial)
         return found
 
+    def result_form(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> _Form | None:
+        """The shardings and per-IPU shapes of `op`'s results split over `axes`; None for a
+        reshape whose blocks would not hold the same elements (an uneven split)."""
+        reshaped = op.operands[0].shape if op.name == "reshape" else None
+        key = (factors, axes, reshaped, tuple([v.shape for v in op.results]))
+        if key not in self.forms:
+            self.forms[key] = self._result_form(op, factors, axes)
+        return self.forms[key]
+
+    def _result_form(self, op: Op, factors: Factors, axes: tuple[Axes, ...]) -> _Form | None:
+        results = tuple(self.project(d, axes) for d in factors.results)
+        local_shapes = tuple(
+            self.local_shape(s, v.shape) for s, v in zip(results, op.results, strict=True)
+        )
+        if op.name == "reshape" and math.prod(local_shapes[0]) != math.prod(
+            self.local_shape(self.project(factors.operands[0], axes), op.operands[0].shape)
+        ):
+            return None
+        return results, local_shapes
+
     def local_shape(self, sharding: Sharding, shape: tuple[int, ...]) -> tuple[int, ...]:
         """`sharding.local_shape` on this mesh."""
         key = (sharding.dims, shape)
@@ -393,7 +414,7 @@ class _Partitioner:
         axes: tuple[Axes, ...],
         operands: list[Value],
         attrs: dict,
-        results: list[Sharding],
+        results: Sequence[Sharding],
         types: Sequence[Any] = (),
     ) -> tuple[Value, ...]:
         """The op on this IPU's blocks; iotas and table lookups split along the dim they count
@@ -412,9 +433,7 @@ class _Partitioner:
                 return self.b.split_lookup(op, operands, attrs, looked_up, split_axes)
         if not types:  # else as `Builder.emit` makes it, without inferring the types again
             return self.b.emit(op.name, operands, attrs, op.loc, op.regions)
-        made = tuple(self.b.value(t.shape, t.dtype) for t in types)
-        self.b.ops.append(Op(op.name, tuple(operands), made, attrs, op.regions, op.loc))
-        return made
+        return self.b.append(op.name, operands, attrs, op.loc, op.regions, types)
 
     def mask_reductions(
         self, op: Op, factors: Factors, axes: tuple[Axes, ...], operands: list[Value]
@@ -446,7 +465,9 @@ class _Partitioner:
         if captured:
             mapping = {v: self.gathered(v, op, factors) for v in captured}
             regions = tuple(substitute(r, mapping) for r in op.regions)
-        made = self.b.emit(op.name, operands, dict(op.attrs), op.loc, regions)
+        # Whole operands give the global op's own result types: none to infer (GPT-3 runs
+        # 20,000 ops whole, most of them constants, whose array attribute cannot key a cache).
+        made = self.b.append(op.name, operands, dict(op.attrs), op.loc, regions, op.results)
         for value, local in zip(op.results, made, strict=True):
             self.local[value] = (local, _replicated(len(value.shape)))
 
