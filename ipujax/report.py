@@ -35,6 +35,7 @@ from partitioner import (
     TileUsage,
     bubble_fraction,
     fullest_tiles,
+    per_record,
 )
 
 SCHEMA = "ipujax.cost_report"
@@ -465,16 +466,7 @@ def _readable(records: tuple[_R, ...], fields: tuple[str, ...]) -> tuple[_R, ...
     their source lines, why each collective ran, where each large tensor came from. Shortened
     here, once, so the tables, the trace, the HTML and the JSON all say the same, and the JSON
     round-trips exactly."""
-    # A model's repeated layers share their supersteps' records (`tiles.repeats`): each
-    # distinct one is rebuilt once (the records outlive the loop, so an id is never reused).
-    made: dict[int, _R] = {}
-    out = []
-    for record in records:
-        readable = made.get(id(record))
-        if readable is None:
-            readable = made[id(record)] = _readable_record(record, fields)
-        out.append(readable)
-    return tuple(out)
+    return tuple(per_record(records, lambda r: _readable_record(r, fields)))
 
 
 def _readable_record(record: Any, fields: tuple[str, ...]) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from partitioner import CollectiveCost, Superstep
+from partitioner import CollectiveCost, Superstep, per_record
 
 MATMUL = "matmul vertices"
 VECTOR = "vector vertices"
@@ -130,14 +130,9 @@ def first_sources(
 ) -> dict[str, tuple[str, int]]:
     """Each term's first source line and how many supersteps (or collectives) it spans."""
     found: dict[str, tuple[str, int]] = {}
-    # A model's repeated layers share their steps' records (`tiles.repeats`): each distinct
-    # one's terms are found once (kept with the record, so its id is not reused meanwhile).
-    terms_of: dict[int, tuple[Superstep, tuple[str, ...]]] = {}
-    for step in supersteps:
-        known = terms_of.get(id(step))
-        if known is None:
-            known = terms_of[id(step)] = (step, step_terms(step))
-        for term in known[1]:
+    steps = list(supersteps)
+    for step, terms in zip(steps, per_record(steps, step_terms), strict=True):
+        for term in terms:
             source, count = found.get(term, (step.source, 0))
             found[term] = (source or step.source, count + 1)
     for c in collectives:

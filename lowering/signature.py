@@ -24,14 +24,14 @@ from lowering.ir import Graph, Op, Value
 
 def op_signature(op: Op) -> Hashable:
     """`op`'s name, attributes, operand and result types, source file:line and regions."""
-    # Built with list comprehensions and no call per value: the scheduler asks once per op
-    # (GPT-3: 63k ops and the 42k ops of their fusions' regions).
+    # Built with list comprehensions and a call per list, not per value: the scheduler asks
+    # once per op (GPT-3: 63k ops and the 42k ops of their fusions' regions).
     regions = op.regions
     return (
         op.name,
         _attrs(op.attrs),
-        tuple([(v.shape, v.dtype.str) for v in op.operands]),
-        tuple([(v.shape, v.dtype.str) for v in op.results]),
+        _types(op.operands),
+        _types(op.results),
         op.loc.file,
         op.loc.line,
         tuple([graph_signature(r) for r in regions]) if regions else (),
@@ -50,7 +50,7 @@ def graph_signature(graph: Graph) -> Hashable:
         for value in op.results:
             number[value] = len(number)
     outputs = tuple([_ref(v, number, captured) for v in graph.outputs])
-    return (tuple([(v.shape, v.dtype.str) for v in graph.inputs]), tuple(ops), outputs)
+    return (_types(graph.inputs), tuple(ops), outputs)
 
 
 def _ref(value: Value, number: dict[Value, int], captured: dict[Value, int]) -> tuple[str, int]:
@@ -58,6 +58,10 @@ def _ref(value: Value, number: dict[Value, int], captured: dict[Value, int]) -> 
     if place is not None:
         return ("local", place)
     return ("captured", captured.setdefault(value, len(captured)))
+
+
+def _types(values: tuple[Value, ...]) -> tuple[tuple[tuple[int, ...], str], ...]:
+    return tuple([(v.shape, v.dtype.str) for v in values])
 
 
 def _attrs(attrs: Mapping[str, Any]) -> Hashable:

@@ -35,7 +35,7 @@ from partitioner.pipelines.pipeline import Pipeline, without_axis
 from partitioner.pipelines.schedule import PipelineCost, StageCost, bubble_fraction
 from partitioner.pipelines.schedule import slots as pipeline_slots
 from partitioner.printer import format_program
-from partitioner.program import Program, Superstep, Task
+from partitioner.program import Program, Superstep, Task, per_record
 from partitioner.reuse import reusing
 from partitioner.sharding.combine import BUFFER_BYTES
 from partitioner.sharding.explain import explain
@@ -106,6 +106,7 @@ __all__ = [
     "limited_loops",
     "make_mesh",
     "open_loops",
+    "per_record",
     "pipeline_peak_floor",
     "pipeline_slots",
     "reduction_kind",

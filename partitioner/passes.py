@@ -287,24 +287,23 @@ def build(
     axes = replica_axes_of(partitioned, mesh, options.replica_axes)
     # The split's value uses and storages hold after sharding, which re-costs supersteps only.
     program, plan, fitted = split_phases(program, options.phases, target)
-    uses = fitted.uses if fitted is not None else None
     program = checked(program, "split phases", mesh, options)
     sharded = shard(program, plan, partitioned, mesh, axes, links)
     program = checked(sharded.program, "shard", mesh, options)
     if options.verify and plan is not None and fitted is not None:
         verify_uses(fitted.uses, program, plan.bounds, "shard")
-        verify_storages(fitted.memory.storages, program, plan.bounds, "shard")
+        verify_storages(fitted.memory.storages, program, plan.bounds, fitted.uses, "shard")
     trips = per_trip(program, plan.bounds, plan.loops) if plan is not None else {}
     memory, kept = phased_memory(program, plan, sharded, target, trips, fitted)
     checked_memory(memory, "memory", options)
     if options.check_memory:
         check_fits(memory, program, local, target, plan is not None)
     streams: tuple[PhaseStream, ...] = ()
-    if plan is not None and uses is not None:
+    if plan is not None and fitted is not None:
         if options.check_memory:
             needed = capacity_needed(program, memory.storages, plan.bounds, sharded, kept, trips)
             check_capacity(needed, mesh.target)
-        reads = uses[1]
+        reads = fitted.uses[1]
         streams = phase_streams(
             program, memory.storages, plan.bounds, sharded, kept, links, reads, trips
         )

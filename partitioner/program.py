@@ -11,9 +11,9 @@ operands' and results' layouts, and the temporaries it holds on tiles while it r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from lowering import Op, Value
 from partitioner.cost.links import CollectiveCost, Ring
@@ -82,6 +82,24 @@ def collective_step(
         kind="collective",
         collective=record,
     )
+
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def per_record(records: Iterable[R], fn: Callable[[R], T]) -> list[T]:
+    """`[fn(r) for r in records]`, `fn` called once per distinct record object: a model's
+    repeated layers share their tasks' superstep records (`tiles.repeats`), GPT-3's 43,000
+    supersteps half as many objects. Each record is held until the end, so no id is reused."""
+    done: dict[int, tuple[R, T]] = {}
+    out = []
+    for record in records:
+        hit = done.get(id(record))
+        if hit is None:
+            hit = done[id(record)] = (record, fn(record))
+        out.append(hit[1])
+    return out
 
 
 @dataclass(frozen=True, slots=True)

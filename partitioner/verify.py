@@ -10,8 +10,8 @@
 - every collective superstep carries its record, over axes of the mesh, with the group size
   the mesh gives those axes, synced over exactly that group;
 - tile memory is never negative, and its categories add up to its total;
-- the value uses a pass hands on to a later one (the phase split's, to the memory sweep) are
-  the program's own.
+- the value uses and storages a pass hands on to a later one (the phase split's, to the memory
+  sweep) are the program's own.
 
 `passes.build` runs these after each pass when `Options.verify` is set (`ipujax.jit(verify=True)`
 or IPUJAX_VERIFY=1, which the tests set); a broken invariant is a `VerifyError` naming the pass,
@@ -183,10 +183,10 @@ def verify_uses(uses: Uses, program: Program, phases: PhaseBounds, after: str) -
 
 
 def verify_storages(
-    stored: Sequence[Storage], program: Program, phases: PhaseBounds, after: str
+    stored: Sequence[Storage], program: Program, phases: PhaseBounds, uses: Uses, after: str
 ) -> None:
     """Raises `VerifyError` when storages handed on from an earlier pass (made without
     shards' ways) are not `program`'s own in `phases` (a pass between them changed a layout,
-    an input or what a task reads)."""
-    if tuple(stored) != storages(program, phases):
+    an input or an output); `uses` are the program's own, checked by `verify_uses`."""
+    if tuple(stored) != storages(program, phases, uses=uses):
         raise VerifyError(f"{after}: the storages handed on differ from the program's own")

@@ -345,13 +345,12 @@ def with_kept(
     without `kept`: only the kept activations' spans differ (on chip from the task that makes
     each to its last reader), so a re-sweep after choosing them pays for those alone."""
     made, reads, _ = uses
-    out = list(found)
-    for i, storage in enumerate(out):
-        value = storage.value
-        if value in kept and value in made:
-            spans = _spans(made[value], reads.get(value, []), None)
-            out[i] = Storage(value, storage.layout, spans, storage.always_live, storage.ways)
-    return tuple(out)
+    return tuple(
+        dataclasses.replace(s, spans=_spans(made[s.value], reads.get(s.value, []), None))
+        if s.value in kept and s.value in made
+        else s
+        for s in found
+    )
 
 
 # What a task loads of an input it only slices: (bytes of one load, how many loads).

@@ -1,7 +1,8 @@
 """The compile's shortcuts give what the long way gives (issue 39: GPT-3 costed in seconds):
 scope blocks found and split in one pass, tile memory from storages the caller already has, the
 storages with activations kept on chip or values held as shards from those without, the
-sweep's peak tasks against a task-by-task count, and sweeps in 32 bits against 64."""
+sweep's peak tasks against a task-by-task count, sweeps in 32 bits against 64, and records
+shared by repeated layers read once each."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from partitioner.memory.liveness import storages, value_uses, with_kept, with_wa
 from partitioner.memory.tiles import _live_by_task, _Sweep, tile_memory
 from partitioner.phases.scopes import scope_blocks, split_by_names, split_by_scope_blocks
 from partitioner.phases.split import split_auto
+from partitioner.program import per_record
 
 
 def _blocks(x, w):
@@ -121,3 +123,15 @@ def test_a_sweep_whose_sums_could_overflow_32_bits_stays_at_64() -> None:
     sweep = _live_by_task(program, storages(program), target.tiles_per_ipu)
     sweep.narrow(headroom=2**31)
     assert sweep.dtype is np.int64
+
+
+def test_per_record_calls_once_per_distinct_record_in_order() -> None:
+    calls = []
+
+    def seen(record: list) -> int:
+        calls.append(record)
+        return len(record)
+
+    a, b = [1], [2, 2]
+    assert per_record([a, b, a, [1], b], seen) == [1, 2, 1, 1, 2]
+    assert len(calls) == 3  # a, b and the equal but distinct [1]
